@@ -1,0 +1,117 @@
+//! [`Application`]: binds the listener (port 0 in tests), mounts the services
+//! behind the layer stack, and serves until told to stop.
+
+use std::{future::Future, net::SocketAddr};
+
+use countersign_proto::{FILE_DESCRIPTOR_SET, v1::proposal_service_server::ProposalServiceServer};
+use countersign_store::DynStore;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::{ServingStatus, server::HealthReporter};
+use tower::ServiceBuilder;
+
+use crate::{
+    RateLimit, Timeouts,
+    layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
+    services::ProposalApi,
+};
+
+/// The largest message the server decodes.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub listen: SocketAddr,
+    pub rate_limit: RateLimit,
+    pub timeouts: Timeouts,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            rate_limit: RateLimit::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    store: DynStore,
+    config: ApiConfig,
+}
+
+const SERVICES: &[&str] = &["", "countersign.v1.ProposalService"];
+
+impl Application {
+    /// Binds the listener. The store must already be migrated.
+    pub async fn build(config: ApiConfig, store: DynStore) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        Ok(Application {
+            listener,
+            addr,
+            store,
+            config,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` resolves; then health turns NOT_SERVING, the
+    /// listener closes and in-flight calls finish.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), tonic::transport::Error> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .expect("the embedded descriptor sets are valid");
+
+        let layers = ServiceBuilder::new()
+            .layer(AuthLayer::new(self.store.clone()))
+            .layer(TenantBindLayer::new(self.store.clone()))
+            .layer(RateLimitLayer::new(self.config.rate_limit))
+            .layer(TimeoutLayer::new(self.config.timeouts))
+            .layer(MetricsLayer)
+            .into_inner();
+
+        let proposals = ProposalServiceServer::new(ProposalApi::new(self.store.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+
+        set_all(&health, ServingStatus::Serving).await;
+        tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");
+
+        let reporter = health.clone();
+        let signal = async move {
+            shutdown.await;
+            set_all(&reporter, ServingStatus::NotServing).await;
+            tracing::info!("shutting down: no new calls accepted");
+        };
+        Server::builder()
+            .layer(layers)
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(proposals)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), signal)
+            .await
+    }
+}
+
+async fn set_all(health: &HealthReporter, status: ServingStatus) {
+    for service in SERVICES {
+        health.set_service_status(*service, status).await;
+    }
+}

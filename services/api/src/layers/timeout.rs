@@ -1,0 +1,144 @@
+//! `timeout`: every unary call has a deadline — the caller's `grpc-timeout`
+//! where it is shorter, else the configured default. Long polls (such as
+//! `AwaitDecision`) may run as long as the caller asks, up to a ceiling.
+//! Expiry answers `DEADLINE_EXCEEDED`.
+
+use std::{
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use tonic::Status;
+use tower::{Layer, Service};
+
+use super::{BoxFuture, reply, take_ready};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// For ordinary calls.
+    pub default: Duration,
+    /// For long polls, the most a caller may ask for.
+    pub long_poll_max: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            default: Duration::from_secs(30),
+            long_poll_max: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// RPCs that wait for something on purpose.
+fn is_long_poll(path: &str) -> bool {
+    path.ends_with("/AwaitDecision")
+}
+
+/// Parses a `grpc-timeout` header: up to eight digits and a unit (H M S m u n).
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[derive(Clone)]
+pub struct TimeoutLayer {
+    timeouts: Timeouts,
+}
+
+impl TimeoutLayer {
+    pub fn new(timeouts: Timeouts) -> Self {
+        TimeoutLayer { timeouts }
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Timeout {
+            inner,
+            timeouts: self.timeouts,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    timeouts: Timeouts,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Timeout<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
+        let mut inner = take_ready(&mut self.inner);
+        let asked = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        let ceiling = if is_long_poll(req.uri().path()) {
+            self.timeouts.long_poll_max
+        } else {
+            self.timeouts.default
+        };
+        let limit = asked.map_or(ceiling, |asked| asked.min(ceiling));
+        Box::pin(async move {
+            match tokio::time::timeout(limit, inner.call(req)).await {
+                Ok(result) => result,
+                Err(_) => Ok(reply(Status::deadline_exceeded(format!(
+                    "no answer within {} ms",
+                    limit.as_millis()
+                )))),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit() {
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
+    }
+
+    #[test]
+    fn malformed_grpc_timeouts_are_ignored() {
+        for bad in ["", "S", "10", "123456789S", "1x", "-1S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+}

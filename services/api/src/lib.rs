@@ -1,0 +1,10 @@
+//! The Countersign gRPC API: the tower stack and the services, assembled by
+//! [`Application`].
+
+mod application;
+pub mod context;
+pub mod layers;
+pub mod services;
+
+pub use application::{ApiConfig, Application};
+pub use layers::{rate_limit::RateLimit, timeout::Timeouts};

@@ -1,0 +1,3 @@
+pub mod proposal;
+
+pub use proposal::ProposalApi;

@@ -1,0 +1,113 @@
+//! `countersign.v1.ProposalService`.
+
+use countersign_domain::{Permission, validate_spec};
+use countersign_proto::{
+    convert::{proposal_to_proto, spec_from_proto},
+    to_status,
+    v1::{
+        CancelProposalRequest, GetProposalRequest, Proposal, SubmitRequest, SubmitResponse,
+        proposal_service_server::ProposalService,
+    },
+};
+use countersign_store::{DynStore, NewProposal, SubmitOutcome};
+use tonic::{Request, Response, Status};
+
+use crate::context::{Caller, require_id};
+
+pub const MAX_CANCEL_REASON: usize = 4 * 1024;
+
+pub struct ProposalApi {
+    store: DynStore,
+}
+
+impl ProposalApi {
+    pub fn new(store: DynStore) -> Self {
+        ProposalApi { store }
+    }
+}
+
+fn not_found(id: &str) -> Status {
+    Status::not_found(format!("proposal `{id}` not found"))
+}
+
+#[tonic::async_trait]
+impl ProposalService for ProposalApi {
+    #[tracing::instrument(name = "api.proposal.submit", skip_all)]
+    async fn submit(
+        &self,
+        request: Request<SubmitRequest>,
+    ) -> Result<Response<SubmitResponse>, Status> {
+        let caller = Caller::authorize(&request, Permission::SubmitProposal)?;
+        let wire = request
+            .into_inner()
+            .spec
+            .ok_or_else(|| Status::invalid_argument("spec: must be set"))?;
+        let spec = spec_from_proto(wire).map_err(|e| to_status(&e))?;
+        validate_spec(&spec).map_err(|e| to_status(&e))?;
+        let outcome = self
+            .store
+            .insert_proposal(NewProposal {
+                tenant: caller.tenant.name.clone(),
+                spec,
+                submitted_by: caller.principal.name.clone(),
+            })
+            .await
+            .map_err(|e| to_status(&e))?;
+        let deduplicated = matches!(outcome, SubmitOutcome::Deduplicated(_));
+        let proposal = outcome.proposal();
+        tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
+        Ok(Response::new(SubmitResponse {
+            proposal: Some(proposal_to_proto(proposal, caller.principal.agent)),
+            deduplicated,
+            suppressed: false,
+        }))
+    }
+
+    #[tracing::instrument(name = "api.proposal.get", skip_all)]
+    async fn get_proposal(
+        &self,
+        request: Request<GetProposalRequest>,
+    ) -> Result<Response<Proposal>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadProposal)?;
+        let id = request.into_inner().id;
+        require_id("id", &id)?;
+        let proposal = self
+            .store
+            .get_proposal(&caller.tenant.name, &id)
+            .await
+            .map_err(|e| to_status(&e))?
+            .ok_or_else(|| not_found(&id))?;
+        Ok(Response::new(proposal_to_proto(
+            &proposal,
+            caller.principal.agent,
+        )))
+    }
+
+    #[tracing::instrument(name = "api.proposal.cancel", skip_all)]
+    async fn cancel_proposal(
+        &self,
+        request: Request<CancelProposalRequest>,
+    ) -> Result<Response<Proposal>, Status> {
+        let caller = Caller::authorize(&request, Permission::CancelProposal)?;
+        let CancelProposalRequest { id, reason } = request.into_inner();
+        require_id("id", &id)?;
+        if reason.len() > MAX_CANCEL_REASON {
+            return Err(Status::invalid_argument(format!(
+                "reason: must be at most {MAX_CANCEL_REASON} bytes"
+            )));
+        }
+        let proposal = self
+            .store
+            .cancel_proposal(&caller.tenant.name, &id, &reason)
+            .await
+            .map_err(|e| match e {
+                countersign_store::StoreError::NotFound(_) => not_found(&id),
+                other => to_status(&other),
+            })?;
+        tracing::info!(proposal = %proposal.id, "proposal cancelled");
+        Ok(Response::new(proposal_to_proto(
+            &proposal,
+            caller.principal.agent,
+        )))
+    }
+}

@@ -1,0 +1,169 @@
+//! `countersign admin …`: tenants, keys and tenant policy, straight on the
+//! configured database (no server needed).
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use countersign_domain::Role;
+use countersign_store::{NewApiKey, Tenant, TenantPolicy};
+
+use crate::{output, settings::StoreArgs};
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Tenants and their review policy.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// API keys.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant.
+    Create { name: String },
+    /// List tenants.
+    List,
+    /// Show a tenant and its policy.
+    Show { name: String },
+    /// Change a tenant's review policy.
+    Set {
+        name: String,
+        /// How long an approval blocks overlapping operations (e.g. `10m`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        parallel_window: Option<Duration>,
+        /// Whether `force_approve_no_sop` may stand in for a missing SOP.
+        #[arg(long, action = clap::ArgAction::Set)]
+        allow_force_approve_no_sop: Option<bool>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Mint a key; prints the key alone on stdout, once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_parser = parse_role)]
+        role: Role,
+        /// An automated caller: gets terse refusals, never the diagnostic reason.
+        #[arg(long)]
+        agent: bool,
+        /// A label, recorded as `submitted_by`.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// List keys (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Revoke a key by id.
+    Revoke { id: String },
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    s.parse().map_err(|e: countersign_domain::names::UnknownName| e.to_string())
+}
+
+fn print_tenant(tenant: &Tenant) {
+    println!("tenant                      {}", tenant.name);
+    println!("created                     {}", output::time(tenant.created_at));
+    println!(
+        "parallel window             {}",
+        humantime::format_duration(Duration::from_millis(tenant.policy.parallel_window_ms as u64))
+    );
+    println!(
+        "allow force_approve_no_sop  {}",
+        tenant.policy.allow_force_approve_no_sop
+    );
+}
+
+pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Result<()> {
+    let store = store_args.open().await?;
+    match command {
+        AdminCommand::Tenant { command } => match command {
+            TenantCommand::Create { name } => {
+                let tenant = store.create_tenant(&name).await?;
+                println!("{}", tenant.name);
+            }
+            TenantCommand::List => {
+                for tenant in store.list_tenants().await? {
+                    println!("{}", tenant.name);
+                }
+            }
+            TenantCommand::Show { name } => {
+                let tenant = store
+                    .get_tenant(&name)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("tenant `{name}` not found"))?;
+                print_tenant(&tenant);
+            }
+            TenantCommand::Set {
+                name,
+                parallel_window,
+                allow_force_approve_no_sop,
+            } => {
+                let current = store
+                    .get_tenant(&name)
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("tenant `{name}` not found"))?;
+                let policy = TenantPolicy {
+                    parallel_window_ms: parallel_window
+                        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                        .unwrap_or(current.policy.parallel_window_ms),
+                    allow_force_approve_no_sop: allow_force_approve_no_sop
+                        .unwrap_or(current.policy.allow_force_approve_no_sop),
+                };
+                print_tenant(&store.set_tenant_policy(&name, policy).await?);
+            }
+        },
+        AdminCommand::Key { command } => match command {
+            KeyCommand::Create {
+                tenant,
+                role,
+                agent,
+                name,
+            } => {
+                let (record, key) = store
+                    .create_api_key(NewApiKey {
+                        tenant,
+                        name,
+                        role,
+                        agent,
+                    })
+                    .await?;
+                tracing::info!(key_id = %record.id, "key created");
+                println!("{key}");
+            }
+            KeyCommand::List { tenant } => {
+                println!(
+                    "{:<18} {:<16} {:<24} {:<12} {:<6} {:<25} revoked",
+                    "id", "tenant", "name", "role", "agent", "created"
+                );
+                for key in store.list_api_keys(tenant.as_deref()).await? {
+                    println!(
+                        "{:<18} {:<16} {:<24} {:<12} {:<6} {:<25} {}",
+                        key.id,
+                        key.tenant,
+                        key.name,
+                        key.role,
+                        key.agent,
+                        output::time(key.created_at),
+                        key.revoked_at.map(output::time).unwrap_or_else(|| "-".into())
+                    );
+                }
+            }
+            KeyCommand::Revoke { id } => {
+                let key = store.revoke_api_key(&id).await?;
+                println!("revoked {} ({}, tenant {})", key.id, key.name, key.tenant);
+            }
+        },
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! The command line: `serve`, `migrate`, `admin …` and the client commands.
+
+use std::{net::SocketAddr, num::NonZeroU32, time::Duration};
+
+use clap::{Parser, Subcommand};
+
+use crate::{
+    admin::AdminCommand,
+    client::{ClientArgs, ClientCommand},
+    settings::StoreArgs,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "countersign",
+    version,
+    about = "The second signature on every mutating operation automation proposes."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gRPC API.
+    Serve(ServeArgs),
+    /// Bring the database schema up to date, then exit.
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Tenants, keys and policy, directly on the database.
+    Admin {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    #[command(flatten)]
+    Client(ClientCommandWithArgs),
+}
+
+/// Client commands carry the connection flags alongside their own.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommandWithArgs {
+    /// Submit a proposal for review.
+    Submit {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(flatten)]
+        spec: crate::spec_input::SpecArgs,
+    },
+    /// Show one proposal.
+    Get {
+        #[command(flatten)]
+        conn: ClientArgs,
+        id: String,
+    },
+    /// Cancel a pending or reviewing proposal.
+    Cancel {
+        #[command(flatten)]
+        conn: ClientArgs,
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+impl Command {
+    pub fn is_server(&self) -> bool {
+        matches!(self, Command::Serve(_) | Command::Migrate { .. })
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Address the gRPC API listens on (port 0 picks a free one).
+    #[arg(long, env = "COUNTERSIGN_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Sustained requests per second allowed per tenant.
+    #[arg(long, env = "COUNTERSIGN_RATE_LIMIT_PER_SECOND", default_value = "5000")]
+    pub rate_limit_per_second: NonZeroU32,
+    /// Requests a tenant may burst above the sustained rate.
+    #[arg(long, env = "COUNTERSIGN_RATE_LIMIT_BURST", default_value = "10000")]
+    pub rate_limit_burst: NonZeroU32,
+    /// Deadline for ordinary calls (e.g. `30s`).
+    #[arg(long, env = "COUNTERSIGN_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => crate::serve::run(args).await,
+        Command::Migrate { store } => {
+            store.open().await?;
+            println!("migrations applied to {}", crate::output::redact_url(&store.database_url()));
+            Ok(())
+        }
+        Command::Admin { store, command } => crate::admin::run(&store, command).await,
+        Command::Client(command) => {
+            let (conn, command) = match command {
+                ClientCommandWithArgs::Submit { conn, spec } => (conn, ClientCommand::Submit(spec)),
+                ClientCommandWithArgs::Get { conn, id } => (conn, ClientCommand::Get { id }),
+                ClientCommandWithArgs::Cancel { conn, id, reason } => {
+                    (conn, ClientCommand::Cancel { id, reason })
+                }
+            };
+            crate::client::run(&conn, command).await
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Client commands: talk to a running server through the generated client.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use countersign_proto::v1::{
+    CancelProposalRequest, GetProposalRequest, SubmitRequest,
+    proposal_service_client::ProposalServiceClient,
+};
+use tonic::{
+    metadata::MetadataValue,
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::{Channel, Endpoint},
+};
+
+use crate::{output, spec_input::SpecArgs};
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The server, e.g. `http://127.0.0.1:50051`.
+    #[arg(long, env = "COUNTERSIGN_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    pub endpoint: String,
+    /// The API key (prefer the environment or a file to the command line).
+    #[arg(long, env = "COUNTERSIGN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// A file holding the API key, such as `countersign-data/admin.key`.
+    #[arg(long, env = "COUNTERSIGN_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug)]
+pub enum ClientCommand {
+    Submit(SpecArgs),
+    Get { id: String },
+    Cancel { id: String, reason: String },
+}
+
+/// Adds `authorization: Bearer <key>` to every call.
+#[derive(Clone)]
+pub struct BearerAuth(MetadataValue<tonic::metadata::Ascii>);
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+impl ClientArgs {
+    fn api_key(&self) -> anyhow::Result<String> {
+        if let Some(key) = &self.api_key {
+            return Ok(key.trim().to_owned());
+        }
+        if let Some(path) = &self.api_key_file {
+            let key = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            return Ok(key.trim().to_owned());
+        }
+        anyhow::bail!("no API key: pass --api-key, --api-key-file or set COUNTERSIGN_API_KEY")
+    }
+
+    pub async fn channel(&self) -> anyhow::Result<(Channel, BearerAuth)> {
+        let key = self.api_key()?;
+        let header = format!("Bearer {key}")
+            .parse()
+            .context("the API key contains characters not allowed in a header")?;
+        let channel = Endpoint::from_shared(self.endpoint.clone())
+            .with_context(|| format!("bad endpoint `{}`", self.endpoint))?
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach {}", self.endpoint))?;
+        Ok((channel, BearerAuth(header)))
+    }
+
+    pub async fn proposals(
+        &self,
+    ) -> anyhow::Result<ProposalServiceClient<InterceptedService<Channel, BearerAuth>>> {
+        let (channel, auth) = self.channel().await?;
+        Ok(ProposalServiceClient::with_interceptor(channel, auth))
+    }
+}
+
+pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()> {
+    let mut client = conn.proposals().await?;
+    match command {
+        ClientCommand::Submit(spec) => {
+            let spec = spec.to_spec()?;
+            let response = client
+                .submit(SubmitRequest { spec: Some(spec) })
+                .await?
+                .into_inner();
+            let proposal = response.proposal.unwrap_or_default();
+            if conn.json {
+                let mut value = output::proposal_json(&proposal);
+                value["deduplicated"] = response.deduplicated.into();
+                value["suppressed"] = response.suppressed.into();
+                println!("{value}");
+            } else {
+                if response.deduplicated {
+                    println!("(same idempotency key and spec: the earlier proposal)");
+                }
+                print!("{}", output::proposal_text(&proposal));
+            }
+        }
+        ClientCommand::Get { id } => {
+            let proposal = client
+                .get_proposal(GetProposalRequest { id })
+                .await?
+                .into_inner();
+            print_proposal(conn, &proposal);
+        }
+        ClientCommand::Cancel { id, reason } => {
+            let proposal = client
+                .cancel_proposal(CancelProposalRequest { id, reason })
+                .await?
+                .into_inner();
+            print_proposal(conn, &proposal);
+        }
+    }
+    Ok(())
+}
+
+fn print_proposal(conn: &ClientArgs, proposal: &countersign_proto::v1::Proposal) {
+    if conn.json {
+        println!("{}", output::proposal_json(proposal));
+    } else {
+        print!("{}", output::proposal_text(proposal));
+    }
+}

@@ -1,0 +1,10 @@
+//! The pieces of the `countersign` binary, as a library so tests can drive them.
+
+pub mod admin;
+pub mod cli;
+pub mod client;
+pub mod output;
+pub mod serve;
+pub mod settings;
+pub mod spec_input;
+pub mod telemetry;

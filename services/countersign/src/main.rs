@@ -1,0 +1,17 @@
+//! `countersign`: one binary for the service, its administration and its clients.
+
+use clap::Parser;
+use countersign::cli::{Cli, run};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    countersign::telemetry::init(cli.command.is_server());
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", countersign::output::describe_error(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

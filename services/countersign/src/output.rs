@@ -1,0 +1,185 @@
+//! How the CLI prints proposals, times and errors.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use countersign_proto::v1::{self, Proposal};
+
+pub fn time(ms: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+fn ts(t: &Option<prost_types::Timestamp>) -> String {
+    t.as_ref()
+        .map(|t| time(countersign_proto::convert::millis(t)))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The protobuf name of a code, e.g. `NOT_FOUND`.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// An error as the CLI prints it: gRPC failures lead with their code.
+pub fn describe_error(error: &anyhow::Error) -> String {
+    if let Some(status) = error.downcast_ref::<tonic::Status>() {
+        return format!("{}: {}", code_name(status.code()), status.message());
+    }
+    format!("{error:#}")
+}
+
+fn enum_name(full: &str, prefix: &str) -> String {
+    full.strip_prefix(prefix).unwrap_or(full).to_ascii_lowercase()
+}
+
+pub fn state_name(state: i32) -> String {
+    v1::ProposalState::try_from(state)
+        .map(|s| enum_name(s.as_str_name(), "PROPOSAL_STATE_"))
+        .unwrap_or_else(|_| format!("unknown({state})"))
+}
+
+/// A proposal for people.
+pub fn proposal_text(p: &Proposal) -> String {
+    let mut out = String::new();
+    let spec = p.spec.clone().unwrap_or_default();
+    let class = v1::OperationClass::try_from(spec.class)
+        .map(|c| enum_name(c.as_str_name(), "OPERATION_CLASS_"))
+        .unwrap_or_default();
+    let radius = v1::BlastRadius::try_from(spec.blast_radius)
+        .map(|c| enum_name(c.as_str_name(), "BLAST_RADIUS_"))
+        .unwrap_or_default();
+    out.push_str(&format!("proposal      {}\n", p.id));
+    out.push_str(&format!("state         {}\n", state_name(p.state)));
+    out.push_str(&format!("action        {} ({class})\n", spec.action));
+    out.push_str(&format!("target        {}\n", spec.target));
+    out.push_str(&format!("blast radius  {radius}\n"));
+    if !spec.operator.is_empty() {
+        out.push_str(&format!("operator      {}\n", spec.operator));
+    }
+    out.push_str(&format!("reason        {}\n", spec.reason));
+    out.push_str(&format!("submitted by  {} at {}\n", p.submitted_by, ts(&p.created_at)));
+    out.push_str(&format!("updated       {}\n", ts(&p.updated_at)));
+    if !p.cancel_reason.is_empty() {
+        out.push_str(&format!("cancelled     {}\n", p.cancel_reason));
+    }
+    if let Some(d) = &p.decision {
+        out.push_str(&format!("decided       {}\n", ts(&d.decided_at)));
+        if !d.summary.is_empty() {
+            out.push('\n');
+            out.push_str(&d.summary);
+            out.push('\n');
+        } else if !d.agent_message.is_empty() {
+            out.push_str(&format!("message       {}\n", d.agent_message));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_database_urls_are_masked() {
+        assert_eq!(
+            redact_url("postgres://cs:hunter2@db:5432/cs"),
+            "postgres://cs:***@db:5432/cs"
+        );
+        assert_eq!(redact_url("sqlite://countersign-data/countersign.db"), "sqlite://countersign-data/countersign.db");
+        assert_eq!(redact_url("postgres://cs@db/cs"), "postgres://cs@db/cs");
+    }
+}
+
+/// A proposal for scripts: the contract's field names, enums by short name.
+pub fn proposal_json(p: &Proposal) -> serde_json::Value {
+    use serde_json::json;
+    let spec = p.spec.clone().unwrap_or_default();
+    let parameters = spec
+        .parameters
+        .clone()
+        .map(|s| countersign_proto::convert::struct_to_json(s).unwrap_or_default())
+        .unwrap_or_default();
+    let decision = p.decision.as_ref().map(|d| {
+        json!({
+            "outcome": v1::DecisionOutcome::try_from(d.outcome)
+                .map(|o| enum_name(o.as_str_name(), "DECISION_OUTCOME_"))
+                .unwrap_or_default(),
+            "reason": d.reason,
+            "agent_message": d.agent_message,
+            "sop_id": d.sop_id,
+            "sop_version": d.sop_version,
+            "rollback_path": d.rollback_path,
+            "gates": d.gates.iter().map(|g| json!({
+                "gate": g.gate, "passed": g.passed, "detail": g.detail,
+            })).collect::<Vec<_>>(),
+            "missing_gates": d.missing_gates,
+            "reviewer": d.reviewer,
+            "decided_at": ts(&d.decided_at),
+            "summary": d.summary,
+            "sequence": d.sequence,
+            "digest": d.digest,
+            "review_latency_ms": d.review_latency_ms,
+        })
+    });
+    json!({
+        "id": p.id,
+        "tenant": p.tenant,
+        "state": state_name(p.state),
+        "spec": {
+            "action": spec.action,
+            "class": v1::OperationClass::try_from(spec.class)
+                .map(|c| enum_name(c.as_str_name(), "OPERATION_CLASS_")).unwrap_or_default(),
+            "target": spec.target,
+            "parameters": parameters,
+            "reason": spec.reason,
+            "blast_radius": v1::BlastRadius::try_from(spec.blast_radius)
+                .map(|c| enum_name(c.as_str_name(), "BLAST_RADIUS_")).unwrap_or_default(),
+            "operator": spec.operator,
+            "context_summary": spec.context_summary,
+            "incident_id": spec.incident_id,
+            "labels": spec.labels,
+            "rollback_plan": spec.rollback_plan,
+            "force_approve_no_sop": spec.force_approve_no_sop,
+            "idempotency_key": spec.idempotency_key,
+        },
+        "submitted_by": p.submitted_by,
+        "created_at": ts(&p.created_at),
+        "updated_at": ts(&p.updated_at),
+        "decision": decision,
+        "suppressed_retries": p.suppressed_retries,
+        "cancel_reason": p.cancel_reason,
+    })
+}

@@ -1,0 +1,62 @@
+//! `countersign serve`: migrate, bootstrap on first start, serve until SIGINT
+//! or SIGTERM.
+
+use countersign_api::{ApiConfig, Application, RateLimit, Timeouts};
+
+use crate::{cli::ServeArgs, output::redact_url, settings::write_admin_key};
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let store = args.store.open().await?;
+    tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
+    if let Some(bootstrap) = store.bootstrap().await? {
+        let path = write_admin_key(&args.store.data_dir, &bootstrap.key)?;
+        tracing::info!(
+            tenant = %bootstrap.tenant,
+            key_id = %bootstrap.key_id,
+            path = %path.display(),
+            "first start: created tenant and wrote its admin key"
+        );
+    }
+    let config = ApiConfig {
+        listen: args.listen,
+        rate_limit: RateLimit {
+            per_second: args.rate_limit_per_second,
+            burst: args.rate_limit_burst,
+        },
+        timeouts: Timeouts {
+            default: args.request_timeout,
+            ..Timeouts::default()
+        },
+    };
+    let app = Application::build(config, store).await?;
+    // Scripts and tests read the bound address from this line.
+    println!("countersign listening on {}", app.local_addr());
+    app.run_until_stopped(shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,55 @@
+//! The outcome of a review, as stored and shown.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Millis;
+
+crate::named_enum! {
+    pub enum DecisionOutcome as "decision outcome" {
+        Approve => "approve",
+        Reject => "reject",
+        TimedOut => "timed_out",
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateResult {
+    pub gate: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub outcome: DecisionOutcome,
+    pub reason: String,
+    pub agent_message: String,
+    pub sop_id: Option<String>,
+    pub sop_version: Option<u32>,
+    pub rollback_path: Option<String>,
+    pub gates: Vec<GateResult>,
+    pub missing_gates: Vec<String>,
+    pub reviewer: String,
+    pub decided_at: Millis,
+    pub summary: String,
+    pub sequence: u64,
+    pub digest: String,
+    pub review_latency_ms: u64,
+}
+
+/// What an agent credential is told of any refusal: fixed and non-diagnostic.
+pub const AGENT_REFUSAL: &str = "Rejected by review. Do not retry this action or a variation of it; ask a human to look.";
+
+impl Decision {
+    /// The view an agent credential gets: no reason, no gate details, no
+    /// missing-gate names.
+    pub fn for_agent(&self) -> Decision {
+        Decision {
+            reason: String::new(),
+            gates: Vec::new(),
+            missing_gates: Vec::new(),
+            summary: String::new(),
+            ..self.clone()
+        }
+    }
+}

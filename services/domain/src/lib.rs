@@ -1,0 +1,26 @@
+//! The Countersign domain: what a proposal is, what makes one valid, who may do
+//! what, how a proposal moves between states, and how keys are formatted and
+//! hashed. Nothing here does I/O; every other crate builds on it.
+
+pub mod api_key;
+pub mod decision;
+#[macro_use]
+pub mod names;
+pub mod error;
+pub mod principal;
+pub mod proposal;
+pub mod role;
+pub mod state;
+pub mod validation;
+
+pub use api_key::{ApiKeyError, ParsedKey};
+pub use decision::{Decision, DecisionOutcome, GateResult};
+pub use error::{ErrorKind, ServiceError};
+pub use principal::Principal;
+pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec};
+pub use role::{Permission, Role};
+pub use state::ProposalState;
+pub use validation::{FieldError, validate_spec};
+
+/// Milliseconds since the Unix epoch: the one clock unit stored and compared.
+pub type Millis = i64;

@@ -1,0 +1,148 @@
+//! What a coordinator proposes, and the stored proposal.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::{Millis, decision::Decision, state::ProposalState};
+
+crate::named_enum! {
+    /// How far a mutating operation reaches.
+    pub enum BlastRadius as "blast radius" {
+        SingleDevice => "single_device",
+        Cluster => "cluster",
+        TenantWide => "tenant_wide",
+    }
+}
+
+crate::named_enum! {
+    /// Read operations are never reviewed, so never submitted.
+    pub enum OperationClass as "operation class" {
+        Read => "read",
+        Write => "write",
+        Destructive => "destructive",
+    }
+}
+
+/// A proposal as submitted. Maps are ordered, so its JSON form is canonical.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProposalSpec {
+    pub action: String,
+    #[serde(with = "by_name::class")]
+    pub class: OperationClass,
+    pub target: String,
+    /// A JSON object (google.protobuf.Struct on the wire).
+    pub parameters: serde_json::Map<String, serde_json::Value>,
+    pub reason: String,
+    #[serde(with = "by_name::blast_radius")]
+    pub blast_radius: BlastRadius,
+    pub operator: String,
+    pub context_summary: String,
+    pub incident_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub rollback_plan: String,
+    pub force_approve_no_sop: bool,
+    pub idempotency_key: String,
+}
+
+impl ProposalSpec {
+    /// Canonical JSON: fixed field order, keys of every map sorted.
+    pub fn canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("a spec always serializes")
+    }
+
+    /// SHA-256 (hex) of everything but the idempotency key: two submissions with
+    /// the same key are "the same spec" exactly when these digests match.
+    pub fn digest(&self) -> String {
+        let mut without_key = self.clone();
+        without_key.idempotency_key.clear();
+        hex::encode(Sha256::digest(without_key.canonical_json().as_bytes()))
+    }
+}
+
+/// A stored proposal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    pub id: String,
+    pub tenant: String,
+    pub spec: ProposalSpec,
+    pub state: ProposalState,
+    pub submitted_by: String,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub decision: Option<Decision>,
+    pub suppressed_retries: u64,
+    pub cancel_reason: Option<String>,
+}
+
+mod by_name {
+    macro_rules! serde_by_name {
+        ($module:ident, $ty:ty) => {
+            pub mod $module {
+                use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+                pub fn serialize<S: Serializer>(v: &$ty, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_str(v.as_str())
+                }
+
+                pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+                    let name = String::deserialize(d)?;
+                    name.parse().map_err(D::Error::custom)
+                }
+            }
+        };
+    }
+    serde_by_name!(class, crate::proposal::OperationClass);
+    serde_by_name!(blast_radius, crate::proposal::BlastRadius);
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn spec() -> ProposalSpec {
+        ProposalSpec {
+            action: "host_restart_service".into(),
+            class: OperationClass::Write,
+            target: "node-01".into(),
+            parameters: serde_json::json!({"service": "nginx", "b": 1, "a": [1, 2]})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            reason: "502s; nginx OOM".into(),
+            blast_radius: BlastRadius::SingleDevice,
+            operator: "user_42".into(),
+            context_summary: String::new(),
+            incident_id: "INC-1".into(),
+            labels: BTreeMap::new(),
+            rollback_plan: "systemctl start nginx".into(),
+            force_approve_no_sop: false,
+            idempotency_key: "k1".into(),
+        }
+    }
+
+    #[test]
+    fn the_canonical_form_sorts_parameter_keys() {
+        let json = spec().canonical_json();
+        assert!(json.contains(r#""parameters":{"a":[1,2],"b":1,"service":"nginx"}"#), "{json}");
+        assert!(json.contains(r#""class":"write""#), "{json}");
+    }
+
+    #[test]
+    fn the_digest_ignores_the_idempotency_key_but_nothing_else() {
+        let a = spec();
+        let mut b = spec();
+        b.idempotency_key = "another".into();
+        assert_eq!(a.digest(), b.digest());
+        b.reason.push('!');
+        assert_ne!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn a_spec_round_trips_through_its_canonical_json() {
+        let a = spec();
+        let back: ProposalSpec = serde_json::from_str(&a.canonical_json()).unwrap();
+        assert_eq!(a, back);
+    }
+}

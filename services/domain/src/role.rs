@@ -1,0 +1,74 @@
+//! Roles and what each may do within its own tenant.
+
+crate::named_enum! {
+    pub enum Role as "role" {
+        /// Submits proposals, awaits and cancels them.
+        Coordinator => "coordinator",
+        /// Watches the tenant's review stream, resolves escalations.
+        Oncall => "oncall",
+        /// Queries and verifies the decision log.
+        Auditor => "auditor",
+        /// Everything within its tenant (never a way around review).
+        Admin => "admin",
+    }
+}
+
+/// One thing a caller may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    SubmitProposal,
+    CancelProposal,
+    ReadProposal,
+    ReadReference,
+    WriteReference,
+}
+
+impl Role {
+    /// Whether this role may do `permission`. Admin may do everything in its
+    /// tenant; being admin never skips review, only authorization.
+    pub fn allows(self, permission: Permission) -> bool {
+        use Permission::*;
+        match self {
+            Role::Admin => true,
+            Role::Coordinator => matches!(
+                permission,
+                SubmitProposal | CancelProposal | ReadProposal | ReadReference
+            ),
+            Role::Oncall | Role::Auditor => matches!(permission, ReadProposal | ReadReference),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_coordinators_and_admins_submit_or_cancel() {
+        for &role in Role::ALL {
+            let mutates = matches!(role, Role::Coordinator | Role::Admin);
+            assert_eq!(role.allows(Permission::SubmitProposal), mutates, "{role}");
+            assert_eq!(role.allows(Permission::CancelProposal), mutates, "{role}");
+            assert!(role.allows(Permission::ReadProposal), "{role}");
+        }
+    }
+
+    #[test]
+    fn only_admins_write_reference_data() {
+        for &role in Role::ALL {
+            assert_eq!(
+                role.allows(Permission::WriteReference),
+                role == Role::Admin,
+                "{role}"
+            );
+        }
+    }
+
+    #[test]
+    fn roles_round_trip_through_their_names() {
+        for &role in Role::ALL {
+            assert_eq!(role.as_str().parse::<Role>().unwrap(), role);
+        }
+        assert!("root".parse::<Role>().is_err());
+    }
+}

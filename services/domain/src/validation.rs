@@ -1,0 +1,220 @@
+//! The rules a proposal must meet before it is accepted. Each failure names the
+//! field, so a caller can fix it; nothing is stored until all of them hold.
+
+use crate::{
+    error::{ErrorKind, ServiceError},
+    proposal::{OperationClass, ProposalSpec},
+};
+
+pub const MAX_ACTION: usize = 128;
+pub const MAX_TARGET: usize = 256;
+pub const MAX_REASON: usize = 4 * 1024;
+pub const MAX_CONTEXT_SUMMARY: usize = 16 * 1024;
+pub const MAX_PARAMETERS_BYTES: usize = 64 * 1024;
+pub const MAX_PARAMETERS_DEPTH: usize = 16;
+pub const MAX_LABELS: usize = 64;
+pub const MAX_LABEL_KEY: usize = 128;
+pub const MAX_LABEL_VALUE: usize = 256;
+pub const MAX_SHORT_TEXT: usize = 256;
+pub const MAX_ROLLBACK_PLAN: usize = 4 * 1024;
+pub const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// One field that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl ServiceError for FieldError {
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidArgument
+    }
+}
+
+fn required(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    if value.trim().is_empty() {
+        return Err(FieldError::new(field, "must not be empty"));
+    }
+    at_most(field, value, max)
+}
+
+fn at_most(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    if value.len() > max {
+        return Err(FieldError::new(
+            field,
+            format!("must be at most {max} bytes (got {})", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// The nesting depth of a JSON value: a scalar is 0, `{}` or `[]` is 1.
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Checks every rule; the first broken one is returned, naming its field.
+pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
+    required("spec.action", &spec.action, MAX_ACTION)?;
+    if !spec
+        .action
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'))
+    {
+        return Err(FieldError::new(
+            "spec.action",
+            "may contain only a-z, 0-9, '_', '.' and '-'",
+        ));
+    }
+    if spec.class == OperationClass::Read {
+        return Err(FieldError::new(
+            "spec.class",
+            "read operations are not reviewed",
+        ));
+    }
+    required("spec.target", &spec.target, MAX_TARGET)?;
+    required("spec.reason", &spec.reason, MAX_REASON)?;
+    at_most("spec.context_summary", &spec.context_summary, MAX_CONTEXT_SUMMARY)?;
+    at_most("spec.operator", &spec.operator, MAX_SHORT_TEXT)?;
+    at_most("spec.incident_id", &spec.incident_id, MAX_SHORT_TEXT)?;
+    at_most("spec.rollback_plan", &spec.rollback_plan, MAX_ROLLBACK_PLAN)?;
+    at_most(
+        "spec.idempotency_key",
+        &spec.idempotency_key,
+        MAX_IDEMPOTENCY_KEY,
+    )?;
+
+    let object = serde_json::Value::Object(spec.parameters.clone());
+    let depth = depth(&object);
+    if depth > MAX_PARAMETERS_DEPTH {
+        return Err(FieldError::new(
+            "spec.parameters",
+            format!("nesting depth must be at most {MAX_PARAMETERS_DEPTH} (got {depth})"),
+        ));
+    }
+    let size = serde_json::to_vec(&object).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_PARAMETERS_BYTES {
+        return Err(FieldError::new(
+            "spec.parameters",
+            format!("must be at most {MAX_PARAMETERS_BYTES} bytes serialized (got {size})"),
+        ));
+    }
+
+    if spec.labels.len() > MAX_LABELS {
+        return Err(FieldError::new(
+            "spec.labels",
+            format!("at most {MAX_LABELS} labels (got {})", spec.labels.len()),
+        ));
+    }
+    for (key, value) in &spec.labels {
+        required("spec.labels", key, MAX_LABEL_KEY)
+            .map_err(|e| FieldError::new("spec.labels", format!("label key {}", e.message)))?;
+        at_most(&format!("spec.labels[{key}]"), value, MAX_LABEL_VALUE)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::proposal::tests::spec;
+
+    fn field_of(spec: &ProposalSpec) -> String {
+        validate_spec(spec).unwrap_err().field
+    }
+
+    #[test]
+    fn a_complete_spec_is_valid() {
+        validate_spec(&spec()).unwrap();
+    }
+
+    #[test]
+    fn actions_must_be_short_lowercase_names() {
+        for bad in ["", "  ", "Restart", "restart service", "rm;rf", &"a".repeat(129)] {
+            let mut s = spec();
+            s.action = bad.to_owned();
+            assert_eq!(field_of(&s), "spec.action", "{bad:?}");
+        }
+        let mut s = spec();
+        s.action = format!("{}.v2-x_y", "a".repeat(100));
+        validate_spec(&s).unwrap();
+    }
+
+    #[test]
+    fn read_operations_are_refused() {
+        let mut s = spec();
+        s.class = OperationClass::Read;
+        let err = validate_spec(&s).unwrap_err();
+        assert_eq!(err.field, "spec.class");
+        assert!(err.message.contains("read operations are not reviewed"));
+    }
+
+    #[test]
+    fn text_fields_have_limits() {
+        let cases: [(&str, fn(&mut ProposalSpec, String), usize); 4] = [
+            ("spec.target", |s, v| s.target = v, MAX_TARGET),
+            ("spec.reason", |s, v| s.reason = v, MAX_REASON),
+            ("spec.context_summary", |s, v| s.context_summary = v, MAX_CONTEXT_SUMMARY),
+            ("spec.rollback_plan", |s, v| s.rollback_plan = v, MAX_ROLLBACK_PLAN),
+        ];
+        for (field, set, max) in cases {
+            let mut s = spec();
+            set(&mut s, "x".repeat(max));
+            validate_spec(&s).unwrap();
+            set(&mut s, "x".repeat(max + 1));
+            assert_eq!(field_of(&s), field);
+        }
+        let mut s = spec();
+        s.target = String::new();
+        assert_eq!(field_of(&s), "spec.target");
+        let mut s = spec();
+        s.reason = " ".into();
+        assert_eq!(field_of(&s), "spec.reason");
+    }
+
+    #[test]
+    fn parameters_are_limited_in_depth_and_size() {
+        let mut nested = json!(1);
+        for _ in 0..16 {
+            nested = json!({ "n": nested });
+        }
+        let mut s = spec();
+        s.parameters = nested.as_object().cloned().unwrap();
+        validate_spec(&s).unwrap();
+        s.parameters = json!({ "n": nested }).as_object().cloned().unwrap();
+        assert_eq!(field_of(&s), "spec.parameters");
+
+        let mut s = spec();
+        s.parameters = json!({ "blob": "x".repeat(MAX_PARAMETERS_BYTES) })
+            .as_object()
+            .cloned()
+            .unwrap();
+        assert_eq!(field_of(&s), "spec.parameters");
+    }
+
+    #[test]
+    fn at_most_64_labels() {
+        let mut s = spec();
+        s.labels = (0..64).map(|i| (format!("k{i}"), "v".into())).collect();
+        validate_spec(&s).unwrap();
+        s.labels.insert("one-more".into(), "v".into());
+        assert_eq!(field_of(&s), "spec.labels");
+    }
+}

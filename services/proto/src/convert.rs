@@ -1,0 +1,281 @@
+//! Conversions between the wire types and the domain types.
+
+use countersign_domain::{
+    BlastRadius, Decision, DecisionOutcome, FieldError, GateResult, Millis, OperationClass,
+    Proposal, ProposalSpec, ProposalState,
+};
+use prost_types::{ListValue, Struct, Timestamp, Value, value::Kind};
+use serde_json::{Map, Number, Value as Json};
+
+use crate::v1;
+
+/// A wire spec becomes a domain spec, or the first field that cannot.
+pub fn spec_from_proto(spec: v1::ProposalSpec) -> Result<ProposalSpec, FieldError> {
+    let class = match v1::OperationClass::try_from(spec.class) {
+        Ok(v1::OperationClass::Unspecified) => {
+            return Err(FieldError::new("spec.class", "must be set"));
+        }
+        Ok(v1::OperationClass::Read) => OperationClass::Read,
+        Ok(v1::OperationClass::Write) => OperationClass::Write,
+        Ok(v1::OperationClass::Destructive) => OperationClass::Destructive,
+        Err(_) => return Err(FieldError::new("spec.class", "unknown value")),
+    };
+    let blast_radius = match v1::BlastRadius::try_from(spec.blast_radius) {
+        Ok(v1::BlastRadius::Unspecified) => {
+            return Err(FieldError::new("spec.blast_radius", "must be set"));
+        }
+        Ok(v1::BlastRadius::SingleDevice) => BlastRadius::SingleDevice,
+        Ok(v1::BlastRadius::Cluster) => BlastRadius::Cluster,
+        Ok(v1::BlastRadius::TenantWide) => BlastRadius::TenantWide,
+        Err(_) => return Err(FieldError::new("spec.blast_radius", "unknown value")),
+    };
+    let parameters = match spec.parameters {
+        Some(s) => struct_to_json(s)
+            .map_err(|message| FieldError::new("spec.parameters", message))?,
+        None => Map::new(),
+    };
+    Ok(ProposalSpec {
+        action: spec.action,
+        class,
+        target: spec.target,
+        parameters,
+        reason: spec.reason,
+        blast_radius,
+        operator: spec.operator,
+        context_summary: spec.context_summary,
+        incident_id: spec.incident_id,
+        labels: spec.labels.into_iter().collect(),
+        rollback_plan: spec.rollback_plan,
+        force_approve_no_sop: spec.force_approve_no_sop,
+        idempotency_key: spec.idempotency_key,
+    })
+}
+
+pub fn spec_to_proto(spec: &ProposalSpec) -> v1::ProposalSpec {
+    v1::ProposalSpec {
+        action: spec.action.clone(),
+        class: class_to_proto(spec.class) as i32,
+        target: spec.target.clone(),
+        parameters: Some(json_to_struct(&spec.parameters)),
+        reason: spec.reason.clone(),
+        blast_radius: blast_radius_to_proto(spec.blast_radius) as i32,
+        operator: spec.operator.clone(),
+        context_summary: spec.context_summary.clone(),
+        incident_id: spec.incident_id.clone(),
+        labels: spec
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        rollback_plan: spec.rollback_plan.clone(),
+        force_approve_no_sop: spec.force_approve_no_sop,
+        idempotency_key: spec.idempotency_key.clone(),
+    }
+}
+
+pub fn class_to_proto(class: OperationClass) -> v1::OperationClass {
+    match class {
+        OperationClass::Read => v1::OperationClass::Read,
+        OperationClass::Write => v1::OperationClass::Write,
+        OperationClass::Destructive => v1::OperationClass::Destructive,
+    }
+}
+
+pub fn blast_radius_to_proto(radius: BlastRadius) -> v1::BlastRadius {
+    match radius {
+        BlastRadius::SingleDevice => v1::BlastRadius::SingleDevice,
+        BlastRadius::Cluster => v1::BlastRadius::Cluster,
+        BlastRadius::TenantWide => v1::BlastRadius::TenantWide,
+    }
+}
+
+pub fn state_to_proto(state: ProposalState) -> v1::ProposalState {
+    match state {
+        ProposalState::Pending => v1::ProposalState::Pending,
+        ProposalState::Reviewing => v1::ProposalState::Reviewing,
+        ProposalState::Approved => v1::ProposalState::Approved,
+        ProposalState::Rejected => v1::ProposalState::Rejected,
+        ProposalState::Cancelled => v1::ProposalState::Cancelled,
+        ProposalState::TimedOut => v1::ProposalState::TimedOut,
+    }
+}
+
+pub fn outcome_to_proto(outcome: DecisionOutcome) -> v1::DecisionOutcome {
+    match outcome {
+        DecisionOutcome::Approve => v1::DecisionOutcome::Approve,
+        DecisionOutcome::Reject => v1::DecisionOutcome::Reject,
+        DecisionOutcome::TimedOut => v1::DecisionOutcome::TimedOut,
+    }
+}
+
+pub fn timestamp(ms: Millis) -> Timestamp {
+    Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
+pub fn millis(ts: &Timestamp) -> Millis {
+    ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000
+}
+
+fn gate_to_proto(gate: &GateResult) -> v1::GateResult {
+    v1::GateResult {
+        gate: gate.gate.clone(),
+        passed: gate.passed,
+        detail: gate.detail.clone(),
+    }
+}
+
+pub fn decision_to_proto(decision: &Decision) -> v1::Decision {
+    v1::Decision {
+        outcome: outcome_to_proto(decision.outcome) as i32,
+        reason: decision.reason.clone(),
+        agent_message: decision.agent_message.clone(),
+        sop_id: decision.sop_id.clone().unwrap_or_default(),
+        sop_version: decision.sop_version.unwrap_or_default(),
+        rollback_path: decision.rollback_path.clone().unwrap_or_default(),
+        gates: decision.gates.iter().map(gate_to_proto).collect(),
+        missing_gates: decision.missing_gates.clone(),
+        reviewer: decision.reviewer.clone(),
+        decided_at: Some(timestamp(decision.decided_at)),
+        summary: decision.summary.clone(),
+        sequence: decision.sequence,
+        digest: decision.digest.clone(),
+        review_latency_ms: decision.review_latency_ms,
+    }
+}
+
+/// The proposal as `viewer` may see it: agent credentials get the terse view
+/// of any decision (no reason, no gate details, no missing-gate names).
+pub fn proposal_to_proto(proposal: &Proposal, agent_viewer: bool) -> v1::Proposal {
+    let decision = proposal.decision.as_ref().map(|d| {
+        if agent_viewer {
+            decision_to_proto(&d.for_agent())
+        } else {
+            decision_to_proto(d)
+        }
+    });
+    v1::Proposal {
+        id: proposal.id.clone(),
+        tenant: proposal.tenant.clone(),
+        spec: Some(spec_to_proto(&proposal.spec)),
+        state: state_to_proto(proposal.state) as i32,
+        submitted_by: proposal.submitted_by.clone(),
+        created_at: Some(timestamp(proposal.created_at)),
+        updated_at: Some(timestamp(proposal.updated_at)),
+        decision,
+        suppressed_retries: proposal.suppressed_retries,
+        cancel_reason: proposal.cancel_reason.clone().unwrap_or_default(),
+    }
+}
+
+/// A `google.protobuf.Struct` as a JSON object. Non-finite numbers have no JSON
+/// form and are refused.
+pub fn struct_to_json(s: Struct) -> Result<Map<String, Json>, String> {
+    s.fields
+        .into_iter()
+        .map(|(k, v)| value_to_json(v).map(|v| (k, v)))
+        .collect()
+}
+
+fn value_to_json(v: Value) -> Result<Json, String> {
+    Ok(match v.kind {
+        None | Some(Kind::NullValue(_)) => Json::Null,
+        Some(Kind::BoolValue(b)) => Json::Bool(b),
+        Some(Kind::StringValue(s)) => Json::String(s),
+        Some(Kind::NumberValue(n)) => Json::Number(
+            Number::from_f64(n).ok_or_else(|| "numbers must be finite".to_owned())?,
+        ),
+        Some(Kind::StructValue(s)) => Json::Object(struct_to_json(s)?),
+        Some(Kind::ListValue(l)) => Json::Array(
+            l.values
+                .into_iter()
+                .map(value_to_json)
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+pub fn json_to_struct(map: &Map<String, Json>) -> Struct {
+    Struct {
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), json_to_value(v)))
+            .collect(),
+    }
+}
+
+fn json_to_value(v: &Json) -> Value {
+    let kind = match v {
+        Json::Null => Kind::NullValue(0),
+        Json::Bool(b) => Kind::BoolValue(*b),
+        Json::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(f64::NAN)),
+        Json::String(s) => Kind::StringValue(s.clone()),
+        Json::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(json_to_value).collect(),
+        }),
+        Json::Object(map) => Kind::StructValue(json_to_struct(map)),
+    };
+    Value { kind: Some(kind) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire_spec() -> v1::ProposalSpec {
+        v1::ProposalSpec {
+            action: "host_restart_service".into(),
+            class: v1::OperationClass::Write as i32,
+            target: "node-01".into(),
+            reason: "OOM".into(),
+            blast_radius: v1::BlastRadius::Cluster as i32,
+            parameters: Some(json_to_struct(
+                serde_json::json!({"service": "nginx", "n": 2.5, "l": [true, null]})
+                    .as_object()
+                    .unwrap(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_spec_survives_the_round_trip_through_the_wire() {
+        let domain = spec_from_proto(wire_spec()).unwrap();
+        assert_eq!(domain.blast_radius, BlastRadius::Cluster);
+        assert_eq!(spec_from_proto(spec_to_proto(&domain)).unwrap(), domain);
+    }
+
+    #[test]
+    fn unset_or_unknown_enums_name_their_field() {
+        let mut s = wire_spec();
+        s.class = 0;
+        assert_eq!(spec_from_proto(s).unwrap_err().field, "spec.class");
+        let mut s = wire_spec();
+        s.blast_radius = 99;
+        assert_eq!(spec_from_proto(s).unwrap_err().field, "spec.blast_radius");
+    }
+
+    #[test]
+    fn non_finite_numbers_are_refused() {
+        let mut s = wire_spec();
+        s.parameters = Some(Struct {
+            fields: [(
+                "x".to_owned(),
+                Value {
+                    kind: Some(Kind::NumberValue(f64::INFINITY)),
+                },
+            )]
+            .into(),
+        });
+        assert_eq!(spec_from_proto(s).unwrap_err().field, "spec.parameters");
+    }
+
+    #[test]
+    fn timestamps_keep_millisecond_precision() {
+        for ms in [0, 1, 999, 1_764_000_000_123, -1] {
+            assert_eq!(millis(&timestamp(ms)), ms);
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Storage for Countersign behind one [`Store`] trait: SQLite is the embedded
+//! default, PostgreSQL the production backend. Every query is scoped by tenant
+//! here, in the repository layer.
+
+mod error;
+pub mod sqlite;
+mod types;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use countersign_domain::{Millis, Proposal, Role};
+
+pub use error::StoreError;
+pub use sqlite::SqliteStore;
+pub use types::{
+    ApiKeyRecord, BootstrapKey, NewApiKey, NewProposal, SubmitOutcome, Tenant, TenantPolicy,
+    validate_tenant_name,
+};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A shared handle to whichever backend is configured.
+pub type DynStore = Arc<dyn Store>;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `sqlite` or `postgres`, for logs and span names.
+    fn backend(&self) -> &'static str;
+
+    /// Brings the schema up to date.
+    async fn migrate(&self) -> Result<()>;
+
+    /// On an empty database: creates tenant `default` and an admin key for it,
+    /// in one transaction, and returns the key. Otherwise `None`.
+    async fn bootstrap(&self) -> Result<Option<BootstrapKey>>;
+
+    async fn create_tenant(&self, name: &str) -> Result<Tenant>;
+    async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>>;
+    async fn list_tenants(&self) -> Result<Vec<Tenant>>;
+    async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant>;
+
+    /// Mints a key; the returned text is the only time it exists unhashed.
+    async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)>;
+    async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>>;
+    async fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>>;
+    async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord>;
+
+    /// Stores a PENDING proposal, honouring its idempotency key.
+    async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome>;
+    async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>>;
+    /// PENDING or REVIEWING becomes CANCELLED; terminal is `FailedPrecondition`.
+    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal>;
+}
+
+/// Opens the store a URL names: `sqlite://…` or `postgres://…`.
+pub async fn connect(url: &str) -> Result<DynStore> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::connect(url).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Err(StoreError::Unsupported(
+            "the PostgreSQL backend is not built yet; use a sqlite:// URL".into(),
+        ))
+    } else {
+        Err(StoreError::Unsupported(format!(
+            "database URL must start with sqlite:// or postgres:// (got `{}`)",
+            url.split(':').next().unwrap_or_default()
+        )))
+    }
+}
+
+pub(crate) fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or_default()
+}
+
+pub(crate) fn role_from_db(s: &str) -> Result<Role> {
+    s.parse()
+        .map_err(|e| StoreError::Corrupt(format!("api_keys.role: {e}")))
+}

@@ -1,0 +1,124 @@
+use countersign_domain::{Proposal, ProposalState};
+use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
+
+use crate::{NewProposal, Result, StoreError, SubmitOutcome, now_ms};
+
+fn from_row(row: &SqliteRow) -> Result<Proposal> {
+    let id: String = row.try_get("id")?;
+    let spec_json: String = row.try_get("spec_json")?;
+    let spec = serde_json::from_str(&spec_json)
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
+    let state: String = row.try_get("state")?;
+    let state = state
+        .parse::<ProposalState>()
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
+    let suppressed: i64 = row.try_get("suppressed_retries")?;
+    Ok(Proposal {
+        tenant: row.try_get("tenant")?,
+        spec,
+        state,
+        submitted_by: row.try_get("submitted_by")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        decision: None,
+        suppressed_retries: suppressed.max(0) as u64,
+        cancel_reason: row.try_get("cancel_reason")?,
+        id,
+    })
+}
+
+async fn fetch(conn: &mut SqliteConnection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+    sqlx::query("SELECT * FROM proposals WHERE tenant = ? AND id = ?")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
+}
+
+#[tracing::instrument(name = "store.sqlite.insert_proposal", skip_all, fields(tenant = %new.tenant))]
+pub async fn insert(pool: &SqlitePool, new: NewProposal) -> Result<SubmitOutcome> {
+    let digest = new.spec.digest();
+    let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
+    let mut tx = pool.begin().await?;
+    if let Some(key) = &key {
+        let earlier: Option<(String, String)> = sqlx::query_as(
+            "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
+        )
+        .bind(&new.tenant)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((id, earlier_digest)) = earlier {
+            if earlier_digest != digest {
+                return Err(StoreError::AlreadyExists(format!(
+                    "idempotency_key `{key}` was already used by proposal {id} with a different spec"
+                )));
+            }
+            let proposal = fetch(&mut tx, &new.tenant, &id)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("proposal {id} vanished")))?;
+            return Ok(SubmitOutcome::Deduplicated(proposal));
+        }
+    }
+    let id = ulid::Ulid::new().to_string();
+    let now = now_ms();
+    let row = sqlx::query(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING *",
+    )
+    .bind(&id)
+    .bind(&new.tenant)
+    .bind(&new.spec.action)
+    .bind(new.spec.class.as_str())
+    .bind(&new.spec.target)
+    .bind(new.spec.blast_radius.as_str())
+    .bind(&new.spec.operator)
+    .bind(new.spec.canonical_json())
+    .bind(&digest)
+    .bind(&key)
+    .bind(&new.submitted_by)
+    .bind(now)
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await?;
+    let proposal = from_row(&row)?;
+    tx.commit().await?;
+    Ok(SubmitOutcome::Created(proposal))
+}
+
+#[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]
+pub async fn get(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+    let mut conn = pool.acquire().await?;
+    fetch(&mut conn, tenant, id).await
+}
+
+#[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(pool, reason))]
+pub async fn cancel(pool: &SqlitePool, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
+    let mut tx = pool.begin().await?;
+    let current = fetch(&mut tx, tenant, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    if !current.state.can_become(ProposalState::Cancelled) {
+        return Err(StoreError::FailedPrecondition(format!(
+            "proposal {id} is already {} and can no longer be cancelled",
+            current.state
+        )));
+    }
+    let row = sqlx::query(
+        "UPDATE proposals SET state = 'cancelled', cancel_reason = ?, updated_at = ?
+         WHERE tenant = ? AND id = ? AND state IN ('pending', 'reviewing') RETURNING *",
+    )
+    .bind(reason)
+    .bind(now_ms())
+    .bind(tenant)
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let proposal = from_row(&row)?;
+    tx.commit().await?;
+    Ok(proposal)
+}
