@@ -1,1 +1,13 @@
+//! End-to-end tests: the real server on port 0 with a fresh SQLite database per
+//! test, driven through the generated client (and, in `binary`, the real binary).
 
+mod auth;
+mod binary;
+mod cancel;
+mod helpers;
+mod idempotency;
+mod isolation;
+mod rate_limit;
+mod roles;
+mod service;
+mod validation;

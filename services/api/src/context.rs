@@ -26,7 +26,9 @@ impl Caller {
             .cloned()
             .ok_or_else(|| Status::unauthenticated(crate::layers::auth::UNAUTHENTICATED))?;
         if principal.tenant != tenant.name {
-            return Err(Status::unauthenticated(crate::layers::auth::UNAUTHENTICATED));
+            return Err(Status::unauthenticated(
+                crate::layers::auth::UNAUTHENTICATED,
+            ));
         }
         if !principal.may(permission) {
             return Err(Status::permission_denied(format!(
@@ -52,7 +54,9 @@ fn describe(permission: Permission) -> &'static str {
 /// A required id field: non-empty and of sane length, else `INVALID_ARGUMENT`.
 pub fn require_id(field: &str, value: &str) -> Result<(), Status> {
     if value.trim().is_empty() {
-        return Err(Status::invalid_argument(format!("{field}: must not be empty")));
+        return Err(Status::invalid_argument(format!(
+            "{field}: must not be empty"
+        )));
     }
     if value.len() > 128 {
         return Err(Status::invalid_argument(format!(

@@ -68,15 +68,21 @@ pub enum KeyCommand {
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
-    s.parse().map_err(|e: countersign_domain::names::UnknownName| e.to_string())
+    s.parse()
+        .map_err(|e: countersign_domain::names::UnknownName| e.to_string())
 }
 
 fn print_tenant(tenant: &Tenant) {
     println!("tenant                      {}", tenant.name);
-    println!("created                     {}", output::time(tenant.created_at));
+    println!(
+        "created                     {}",
+        output::time(tenant.created_at)
+    );
     println!(
         "parallel window             {}",
-        humantime::format_duration(Duration::from_millis(tenant.policy.parallel_window_ms as u64))
+        humantime::format_duration(Duration::from_millis(
+            tenant.policy.parallel_window_ms as u64
+        ))
     );
     println!(
         "allow force_approve_no_sop  {}",
@@ -155,7 +161,9 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                         key.role,
                         key.agent,
                         output::time(key.created_at),
-                        key.revoked_at.map(output::time).unwrap_or_else(|| "-".into())
+                        key.revoked_at
+                            .map(output::time)
+                            .unwrap_or_else(|| "-".into())
                     );
                 }
             }

@@ -21,6 +21,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process; the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gRPC API.
@@ -42,6 +44,7 @@ pub enum Command {
 }
 
 /// Client commands carry the connection flags alongside their own.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum ClientCommandWithArgs {
     /// Submit a proposal for review.
@@ -81,7 +84,11 @@ pub struct ServeArgs {
     #[arg(long, env = "COUNTERSIGN_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
     /// Sustained requests per second allowed per tenant.
-    #[arg(long, env = "COUNTERSIGN_RATE_LIMIT_PER_SECOND", default_value = "5000")]
+    #[arg(
+        long,
+        env = "COUNTERSIGN_RATE_LIMIT_PER_SECOND",
+        default_value = "5000"
+    )]
     pub rate_limit_per_second: NonZeroU32,
     /// Requests a tenant may burst above the sustained rate.
     #[arg(long, env = "COUNTERSIGN_RATE_LIMIT_BURST", default_value = "10000")]
@@ -96,7 +103,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Migrate { store } => {
             store.open().await?;
-            println!("migrations applied to {}", crate::output::redact_url(&store.database_url()));
+            println!(
+                "migrations applied to {}",
+                crate::output::redact_url(&store.database_url())
+            );
             Ok(())
         }
         Command::Admin { store, command } => crate::admin::run(&store, command).await,

@@ -19,7 +19,11 @@ use crate::{output, spec_input::SpecArgs};
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// The server, e.g. `http://127.0.0.1:50051`.
-    #[arg(long, env = "COUNTERSIGN_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "COUNTERSIGN_ENDPOINT",
+        default_value = "http://127.0.0.1:50051"
+    )]
     pub endpoint: String,
     /// The API key (prefer the environment or a file to the command line).
     #[arg(long, env = "COUNTERSIGN_API_KEY", hide_env_values = true)]
@@ -32,6 +36,7 @@ pub struct ClientArgs {
     pub json: bool,
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ClientCommand {
     Submit(SpecArgs),
@@ -41,11 +46,32 @@ pub enum ClientCommand {
 
 /// Adds `authorization: Bearer <key>` to every call.
 #[derive(Clone)]
-pub struct BearerAuth(MetadataValue<tonic::metadata::Ascii>);
+pub struct BearerAuth {
+    header: MetadataValue<tonic::metadata::Ascii>,
+    send: bool,
+}
+
+impl BearerAuth {
+    pub fn new(key: &str) -> anyhow::Result<Self> {
+        let header = format!("Bearer {key}")
+            .parse()
+            .context("the API key contains characters not allowed in a header")?;
+        Ok(BearerAuth { header, send: true })
+    }
+
+    /// Sends `header` verbatim as `authorization`, or nothing when `send` is
+    /// false (for tests of refused credentials).
+    pub fn raw(header: MetadataValue<tonic::metadata::Ascii>, send: bool) -> Self {
+        BearerAuth { header, send }
+    }
+}
 
 impl Interceptor for BearerAuth {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
+        if self.send {
+            req.metadata_mut()
+                .insert("authorization", self.header.clone());
+        }
         Ok(req)
     }
 }
@@ -64,16 +90,13 @@ impl ClientArgs {
     }
 
     pub async fn channel(&self) -> anyhow::Result<(Channel, BearerAuth)> {
-        let key = self.api_key()?;
-        let header = format!("Bearer {key}")
-            .parse()
-            .context("the API key contains characters not allowed in a header")?;
+        let auth = BearerAuth::new(&self.api_key()?)?;
         let channel = Endpoint::from_shared(self.endpoint.clone())
             .with_context(|| format!("bad endpoint `{}`", self.endpoint))?
             .connect()
             .await
             .with_context(|| format!("cannot reach {}", self.endpoint))?;
-        Ok((channel, BearerAuth(header)))
+        Ok((channel, auth))
     }
 
     pub async fn proposals(

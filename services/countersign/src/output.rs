@@ -62,7 +62,9 @@ pub fn describe_error(error: &anyhow::Error) -> String {
 }
 
 fn enum_name(full: &str, prefix: &str) -> String {
-    full.strip_prefix(prefix).unwrap_or(full).to_ascii_lowercase()
+    full.strip_prefix(prefix)
+        .unwrap_or(full)
+        .to_ascii_lowercase()
 }
 
 pub fn state_name(state: i32) -> String {
@@ -90,7 +92,11 @@ pub fn proposal_text(p: &Proposal) -> String {
         out.push_str(&format!("operator      {}\n", spec.operator));
     }
     out.push_str(&format!("reason        {}\n", spec.reason));
-    out.push_str(&format!("submitted by  {} at {}\n", p.submitted_by, ts(&p.created_at)));
+    out.push_str(&format!(
+        "submitted by  {} at {}\n",
+        p.submitted_by,
+        ts(&p.created_at)
+    ));
     out.push_str(&format!("updated       {}\n", ts(&p.updated_at)));
     if !p.cancel_reason.is_empty() {
         out.push_str(&format!("cancelled     {}\n", p.cancel_reason));
@@ -106,21 +112,6 @@ pub fn proposal_text(p: &Proposal) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_in_database_urls_are_masked() {
-        assert_eq!(
-            redact_url("postgres://cs:hunter2@db:5432/cs"),
-            "postgres://cs:***@db:5432/cs"
-        );
-        assert_eq!(redact_url("sqlite://countersign-data/countersign.db"), "sqlite://countersign-data/countersign.db");
-        assert_eq!(redact_url("postgres://cs@db/cs"), "postgres://cs@db/cs");
-    }
 }
 
 /// A proposal for scripts: the contract's field names, enums by short name.
@@ -182,4 +173,22 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
         "suppressed_retries": p.suppressed_retries,
         "cancel_reason": p.cancel_reason,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_in_database_urls_are_masked() {
+        assert_eq!(
+            redact_url("postgres://cs:hunter2@db:5432/cs"),
+            "postgres://cs:***@db:5432/cs"
+        );
+        assert_eq!(
+            redact_url("sqlite://countersign-data/countersign.db"),
+            "sqlite://countersign-data/countersign.db"
+        );
+        assert_eq!(redact_url("postgres://cs@db/cs"), "postgres://cs@db/cs");
+    }
 }

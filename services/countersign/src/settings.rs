@@ -15,14 +15,22 @@ pub struct StoreArgs {
     #[arg(long, env = "COUNTERSIGN_DATABASE_URL", global = true)]
     pub database_url: Option<String>,
     /// Where the embedded database and the first admin key live.
-    #[arg(long, env = "COUNTERSIGN_DATA_DIR", default_value = "countersign-data", global = true)]
+    #[arg(
+        long,
+        env = "COUNTERSIGN_DATA_DIR",
+        default_value = "countersign-data",
+        global = true
+    )]
     pub data_dir: PathBuf,
 }
 
 impl StoreArgs {
     pub fn database_url(&self) -> String {
         self.database_url.clone().unwrap_or_else(|| {
-            format!("sqlite://{}", self.data_dir.join("countersign.db").display())
+            format!(
+                "sqlite://{}",
+                self.data_dir.join("countersign.db").display()
+            )
         })
     }
 

@@ -66,7 +66,11 @@ struct SpecFile {
 
 fn class_value(name: &str) -> anyhow::Result<i32> {
     let upper = name.to_ascii_uppercase();
-    let full = if upper.starts_with("OPERATION_CLASS_") { upper } else { format!("OPERATION_CLASS_{upper}") };
+    let full = if upper.starts_with("OPERATION_CLASS_") {
+        upper
+    } else {
+        format!("OPERATION_CLASS_{upper}")
+    };
     v1::OperationClass::from_str_name(&full)
         .map(|c| c as i32)
         .with_context(|| format!("unknown class `{name}` (write, destructive or read)"))
@@ -74,10 +78,16 @@ fn class_value(name: &str) -> anyhow::Result<i32> {
 
 fn blast_radius_value(name: &str) -> anyhow::Result<i32> {
     let upper = name.to_ascii_uppercase().replace('-', "_");
-    let full = if upper.starts_with("BLAST_RADIUS_") { upper } else { format!("BLAST_RADIUS_{upper}") };
+    let full = if upper.starts_with("BLAST_RADIUS_") {
+        upper
+    } else {
+        format!("BLAST_RADIUS_{upper}")
+    };
     v1::BlastRadius::from_str_name(&full)
         .map(|c| c as i32)
-        .with_context(|| format!("unknown blast radius `{name}` (single_device, cluster or tenant_wide)"))
+        .with_context(|| {
+            format!("unknown blast radius `{name}` (single_device, cluster or tenant_wide)")
+        })
 }
 
 fn key_value(pair: &str, what: &str) -> anyhow::Result<(String, String)> {
@@ -129,7 +139,12 @@ impl SpecArgs {
         }
         Ok(v1::ProposalSpec {
             action: file.action,
-            class: file.class.as_deref().map(class_value).transpose()?.unwrap_or(0),
+            class: file
+                .class
+                .as_deref()
+                .map(class_value)
+                .transpose()?
+                .unwrap_or(0),
             target: file.target,
             parameters: Some(json_to_struct(&file.parameters)),
             reason: file.reason,

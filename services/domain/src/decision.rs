@@ -38,7 +38,8 @@ pub struct Decision {
 }
 
 /// What an agent credential is told of any refusal: fixed and non-diagnostic.
-pub const AGENT_REFUSAL: &str = "Rejected by review. Do not retry this action or a variation of it; ask a human to look.";
+pub const AGENT_REFUSAL: &str =
+    "Rejected by review. Do not retry this action or a variation of it; ask a human to look.";
 
 impl Decision {
     /// The view an agent credential gets: no reason, no gate details, no

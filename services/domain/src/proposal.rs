@@ -125,7 +125,10 @@ pub(crate) mod tests {
     #[test]
     fn the_canonical_form_sorts_parameter_keys() {
         let json = spec().canonical_json();
-        assert!(json.contains(r#""parameters":{"a":[1,2],"b":1,"service":"nginx"}"#), "{json}");
+        assert!(
+            json.contains(r#""parameters":{"a":[1,2],"b":1,"service":"nginx"}"#),
+            "{json}"
+        );
         assert!(json.contains(r#""class":"write""#), "{json}");
     }
 

@@ -89,7 +89,11 @@ pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
     }
     required("spec.target", &spec.target, MAX_TARGET)?;
     required("spec.reason", &spec.reason, MAX_REASON)?;
-    at_most("spec.context_summary", &spec.context_summary, MAX_CONTEXT_SUMMARY)?;
+    at_most(
+        "spec.context_summary",
+        &spec.context_summary,
+        MAX_CONTEXT_SUMMARY,
+    )?;
     at_most("spec.operator", &spec.operator, MAX_SHORT_TEXT)?;
     at_most("spec.incident_id", &spec.incident_id, MAX_SHORT_TEXT)?;
     at_most("spec.rollback_plan", &spec.rollback_plan, MAX_ROLLBACK_PLAN)?;
@@ -107,7 +111,9 @@ pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
             format!("nesting depth must be at most {MAX_PARAMETERS_DEPTH} (got {depth})"),
         ));
     }
-    let size = serde_json::to_vec(&object).map(|v| v.len()).unwrap_or(usize::MAX);
+    let size = serde_json::to_vec(&object)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
     if size > MAX_PARAMETERS_BYTES {
         return Err(FieldError::new(
             "spec.parameters",
@@ -147,7 +153,14 @@ mod tests {
 
     #[test]
     fn actions_must_be_short_lowercase_names() {
-        for bad in ["", "  ", "Restart", "restart service", "rm;rf", &"a".repeat(129)] {
+        for bad in [
+            "",
+            "  ",
+            "Restart",
+            "restart service",
+            "rm;rf",
+            &"a".repeat(129),
+        ] {
             let mut s = spec();
             s.action = bad.to_owned();
             assert_eq!(field_of(&s), "spec.action", "{bad:?}");
@@ -168,11 +181,20 @@ mod tests {
 
     #[test]
     fn text_fields_have_limits() {
-        let cases: [(&str, fn(&mut ProposalSpec, String), usize); 4] = [
+        type Setter = fn(&mut ProposalSpec, String);
+        let cases: [(&str, Setter, usize); 4] = [
             ("spec.target", |s, v| s.target = v, MAX_TARGET),
             ("spec.reason", |s, v| s.reason = v, MAX_REASON),
-            ("spec.context_summary", |s, v| s.context_summary = v, MAX_CONTEXT_SUMMARY),
-            ("spec.rollback_plan", |s, v| s.rollback_plan = v, MAX_ROLLBACK_PLAN),
+            (
+                "spec.context_summary",
+                |s, v| s.context_summary = v,
+                MAX_CONTEXT_SUMMARY,
+            ),
+            (
+                "spec.rollback_plan",
+                |s, v| s.rollback_plan = v,
+                MAX_ROLLBACK_PLAN,
+            ),
         ];
         for (field, set, max) in cases {
             let mut s = spec();

@@ -30,8 +30,9 @@ pub fn spec_from_proto(spec: v1::ProposalSpec) -> Result<ProposalSpec, FieldErro
         Err(_) => return Err(FieldError::new("spec.blast_radius", "unknown value")),
     };
     let parameters = match spec.parameters {
-        Some(s) => struct_to_json(s)
-            .map_err(|message| FieldError::new("spec.parameters", message))?,
+        Some(s) => {
+            struct_to_json(s).map_err(|message| FieldError::new("spec.parameters", message))?
+        }
         None => Map::new(),
     };
     Ok(ProposalSpec {
@@ -184,9 +185,9 @@ fn value_to_json(v: Value) -> Result<Json, String> {
         None | Some(Kind::NullValue(_)) => Json::Null,
         Some(Kind::BoolValue(b)) => Json::Bool(b),
         Some(Kind::StringValue(s)) => Json::String(s),
-        Some(Kind::NumberValue(n)) => Json::Number(
-            Number::from_f64(n).ok_or_else(|| "numbers must be finite".to_owned())?,
-        ),
+        Some(Kind::NumberValue(n)) => {
+            Json::Number(Number::from_f64(n).ok_or_else(|| "numbers must be finite".to_owned())?)
+        }
         Some(Kind::StructValue(s)) => Json::Object(struct_to_json(s)?),
         Some(Kind::ListValue(l)) => Json::Array(
             l.values

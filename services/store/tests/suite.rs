@@ -1,17 +1,20 @@
 //! One suite, run against every backend: each backend module below supplies
 //! `store()` and the whole suite is instantiated for it.
 
-use countersign_domain::{
-    BlastRadius, OperationClass, ProposalSpec, ProposalState, Role, api_key,
+use countersign_domain::{BlastRadius, OperationClass, ProposalSpec, ProposalState, Role, api_key};
+use countersign_store::{
+    DynStore, NewApiKey, NewProposal, StoreError, SubmitOutcome, TenantPolicy,
 };
-use countersign_store::{DynStore, NewApiKey, NewProposal, StoreError, SubmitOutcome, TenantPolicy};
 
 fn spec(key: &str) -> ProposalSpec {
     ProposalSpec {
         action: "host_restart_service".into(),
         class: OperationClass::Write,
         target: "node-01".into(),
-        parameters: serde_json::json!({"service": "nginx"}).as_object().cloned().unwrap(),
+        parameters: serde_json::json!({"service": "nginx"})
+            .as_object()
+            .cloned()
+            .unwrap(),
         reason: "nginx OOM".into(),
         blast_radius: BlastRadius::SingleDevice,
         operator: "user_42".into(),
@@ -33,7 +36,11 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
 }
 
 pub async fn first_bootstrap_creates_the_default_tenant_and_an_admin_key_once(store: DynStore) {
-    let key = store.bootstrap().await.unwrap().expect("first bootstrap mints a key");
+    let key = store
+        .bootstrap()
+        .await
+        .unwrap()
+        .expect("first bootstrap mints a key");
     assert_eq!(key.tenant, "default");
     let record = store.find_api_key(&key.key_id).await.unwrap().unwrap();
     assert_eq!(record.role, Role::Admin);
@@ -49,13 +56,29 @@ pub async fn tenants_are_unique_and_well_named(store: DynStore) {
     ));
     for bad in ["", "Acme", "a b", "-x", &"a".repeat(64)] {
         assert!(
-            matches!(store.create_tenant(bad).await, Err(StoreError::InvalidArgument(_))),
+            matches!(
+                store.create_tenant(bad).await,
+                Err(StoreError::InvalidArgument(_))
+            ),
             "{bad:?}"
         );
     }
-    let policy = TenantPolicy { parallel_window_ms: 5_000, allow_force_approve_no_sop: true };
-    assert_eq!(store.set_tenant_policy("acme", policy).await.unwrap().policy, policy);
-    assert_eq!(store.get_tenant("acme").await.unwrap().unwrap().policy, policy);
+    let policy = TenantPolicy {
+        parallel_window_ms: 5_000,
+        allow_force_approve_no_sop: true,
+    };
+    assert_eq!(
+        store
+            .set_tenant_policy("acme", policy)
+            .await
+            .unwrap()
+            .policy,
+        policy
+    );
+    assert_eq!(
+        store.get_tenant("acme").await.unwrap().unwrap().policy,
+        policy
+    );
     assert!(matches!(
         store.set_tenant_policy("nope", policy).await,
         Err(StoreError::NotFound(_))
@@ -73,7 +96,12 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
         })
         .await
         .unwrap();
-    assert!(!record.key_hash.windows(key.len()).any(|w| w == key.as_bytes()));
+    assert!(
+        !record
+            .key_hash
+            .windows(key.len())
+            .any(|w| w == key.as_bytes())
+    );
     assert_eq!(record.key_hash, api_key::hash(&key).to_vec());
     let found = store.find_api_key(&record.id).await.unwrap().unwrap();
     assert!(found.agent && found.revoked_at.is_none());
@@ -81,7 +109,10 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
     assert!(store.list_api_keys(Some("other")).await.unwrap().is_empty());
     let revoked = store.revoke_api_key(&record.id).await.unwrap();
     assert!(revoked.revoked_at.is_some());
-    assert!(matches!(store.revoke_api_key("nope").await, Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        store.revoke_api_key("nope").await,
+        Err(StoreError::NotFound(_))
+    ));
     let missing_tenant = store
         .create_api_key(NewApiKey {
             tenant: "ghost".into(),
@@ -97,7 +128,9 @@ pub async fn a_proposal_is_visible_only_to_its_own_tenant(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
     let created = store.insert_proposal(new_proposal("a", "")).await.unwrap();
-    let SubmitOutcome::Created(p) = created else { panic!("expected a new proposal") };
+    let SubmitOutcome::Created(p) = created else {
+        panic!("expected a new proposal")
+    };
     assert_eq!(p.state, ProposalState::Pending);
     assert_eq!(store.get_proposal("a", &p.id).await.unwrap().unwrap(), p);
     assert!(store.get_proposal("b", &p.id).await.unwrap().is_none());
@@ -114,8 +147,14 @@ pub async fn a_proposal_is_visible_only_to_its_own_tenant(store: DynStore) {
 pub async fn an_idempotency_key_returns_the_same_proposal_or_conflicts(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
-    let first = store.insert_proposal(new_proposal("a", "k1")).await.unwrap();
-    let again = store.insert_proposal(new_proposal("a", "k1")).await.unwrap();
+    let first = store
+        .insert_proposal(new_proposal("a", "k1"))
+        .await
+        .unwrap();
+    let again = store
+        .insert_proposal(new_proposal("a", "k1"))
+        .await
+        .unwrap();
     assert!(matches!(again, SubmitOutcome::Deduplicated(_)));
     assert_eq!(first.proposal().id, again.proposal().id);
     let mut changed = new_proposal("a", "k1");
@@ -124,7 +163,10 @@ pub async fn an_idempotency_key_returns_the_same_proposal_or_conflicts(store: Dy
         store.insert_proposal(changed).await,
         Err(StoreError::AlreadyExists(_))
     ));
-    let other_tenant = store.insert_proposal(new_proposal("b", "k1")).await.unwrap();
+    let other_tenant = store
+        .insert_proposal(new_proposal("b", "k1"))
+        .await
+        .unwrap();
     assert!(matches!(other_tenant, SubmitOutcome::Created(_)));
     assert_ne!(other_tenant.proposal().id, first.proposal().id);
 }
@@ -133,7 +175,10 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     let p = store.insert_proposal(new_proposal("a", "")).await.unwrap();
     let id = p.proposal().id.clone();
-    let cancelled = store.cancel_proposal("a", &id, "changed my mind").await.unwrap();
+    let cancelled = store
+        .cancel_proposal("a", &id, "changed my mind")
+        .await
+        .unwrap();
     assert_eq!(cancelled.state, ProposalState::Cancelled);
     assert_eq!(cancelled.cancel_reason.as_deref(), Some("changed my mind"));
     assert!(matches!(

@@ -48,7 +48,10 @@ enum Refusal {
     StoreDown(String),
 }
 
-async fn authenticate(store: &DynStore, header: Option<&http::HeaderValue>) -> Result<Principal, Refusal> {
+async fn authenticate(
+    store: &DynStore,
+    header: Option<&http::HeaderValue>,
+) -> Result<Principal, Refusal> {
     let header = header.ok_or(Refusal::Unauthenticated("no authorization header"))?;
     let text = header
         .to_str()

@@ -135,6 +135,82 @@ mod tests {
         assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
     }
 
+    async fn call_slow(
+        timeouts: Timeouts,
+        path: &str,
+        grpc_timeout: Option<&str>,
+    ) -> (Duration, Option<String>) {
+        use tower::{ServiceExt, service_fn};
+        let slow = service_fn(|_req: http::Request<()>| async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+        });
+        let mut request = http::Request::builder().uri(path);
+        if let Some(t) = grpc_timeout {
+            request = request.header("grpc-timeout", t);
+        }
+        let started = std::time::Instant::now();
+        let response = TimeoutLayer::new(timeouts)
+            .layer(slow)
+            .oneshot(request.body(()).unwrap())
+            .await
+            .unwrap();
+        let status = response
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (started.elapsed(), status)
+    }
+
+    const DEADLINE_EXCEEDED: &str = "4";
+
+    #[tokio::test]
+    async fn a_call_past_the_default_deadline_is_deadline_exceeded() {
+        let timeouts = Timeouts {
+            default: Duration::from_millis(50),
+            long_poll_max: Duration::from_secs(60),
+        };
+        let (_, status) = call_slow(timeouts, "/countersign.v1.ProposalService/Submit", None).await;
+        assert_eq!(status.as_deref(), Some(DEADLINE_EXCEEDED));
+    }
+
+    #[tokio::test]
+    async fn a_shorter_caller_deadline_wins_and_a_longer_one_is_capped() {
+        let timeouts = Timeouts {
+            default: Duration::from_secs(60),
+            long_poll_max: Duration::from_secs(60),
+        };
+        let (_, status) = call_slow(
+            timeouts,
+            "/countersign.v1.ProposalService/Submit",
+            Some("50m"),
+        )
+        .await;
+        assert_eq!(status.as_deref(), Some(DEADLINE_EXCEEDED));
+        let capped = Timeouts {
+            default: Duration::from_millis(50),
+            long_poll_max: Duration::from_secs(60),
+        };
+        let (_, status) =
+            call_slow(capped, "/countersign.v1.ProposalService/Submit", Some("1H")).await;
+        assert_eq!(status.as_deref(), Some(DEADLINE_EXCEEDED));
+    }
+
+    #[tokio::test]
+    async fn a_long_poll_may_wait_as_long_as_its_caller_asks() {
+        let timeouts = Timeouts {
+            default: Duration::from_millis(50),
+            long_poll_max: Duration::from_secs(60),
+        };
+        let (_, status) = call_slow(
+            timeouts,
+            "/countersign.v1.ProposalService/AwaitDecision",
+            Some("10S"),
+        )
+        .await;
+        assert_eq!(status, None, "the slow call completed");
+    }
+
     #[test]
     fn malformed_grpc_timeouts_are_ignored() {
         for bad in ["", "S", "10", "123456789S", "1x", "-1S"] {

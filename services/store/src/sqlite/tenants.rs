@@ -3,8 +3,7 @@ use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
 use super::keys;
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, now_ms,
-    validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, now_ms, validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";

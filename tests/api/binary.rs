@@ -1,0 +1,249 @@
+//! The built binary, run as a newcomer would: `serve` on a free port, then
+//! `admin key create`, `submit` and `get` against it.
+
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::fs::PermissionsExt,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_countersign");
+
+struct Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Server {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env_remove("COUNTERSIGN_DATA_DIR")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start countersign serve");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("countersign listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_owned();
+    Server {
+        child,
+        endpoint: format!("http://{addr}"),
+    }
+}
+
+fn countersign(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("COUNTERSIGN_API_KEY")
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run countersign");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+
+    let key_file = dir.path().join("countersign-data/admin.key");
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "admin.key must be owner-only");
+    let admin_key = std::fs::read_to_string(&key_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(admin_key.starts_with("cs_"));
+
+    let (ok, key, err) = countersign(
+        dir.path(),
+        &[
+            "admin",
+            "key",
+            "create",
+            "--tenant",
+            "default",
+            "--role",
+            "coordinator",
+            "--name",
+            "sre-bot",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    let key = key.trim().to_owned();
+    assert!(
+        key.starts_with("cs_") && !key.contains(char::is_whitespace),
+        "{key:?}"
+    );
+
+    let env = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", key.as_str()),
+    ];
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &[
+            "submit",
+            "--json",
+            "--action",
+            "host_restart_service",
+            "--class",
+            "write",
+            "--target",
+            "node-01",
+            "--reason",
+            "nginx OOM",
+            "--blast-radius",
+            "single_device",
+            "--param",
+            "service=nginx",
+            "--label",
+            "env=production",
+        ],
+        &env,
+    );
+    assert!(ok, "{err}");
+    let submitted: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(submitted["state"], "pending");
+    assert_eq!(submitted["submitted_by"], "sre-bot");
+    assert_eq!(submitted["spec"]["parameters"]["service"], "nginx");
+    let id = submitted["id"].as_str().unwrap().to_owned();
+
+    let (ok, out, err) = countersign(dir.path(), &["get", &id], &env);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&id) && out.contains("pending") && out.contains("host_restart_service"),
+        "{out}"
+    );
+
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &["cancel", &id, "--json", "--reason", "done by hand"],
+        &env,
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"],
+        "cancelled"
+    );
+
+    let (ok, _, err) = countersign(dir.path(), &["cancel", &id], &env);
+    assert!(!ok);
+    assert!(err.contains("FAILED_PRECONDITION"), "{err}");
+
+    let (ok, _, err) = countersign(
+        dir.path(),
+        &["get", "nope"],
+        &[
+            ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+            ("COUNTERSIGN_API_KEY", "cs_bad"),
+        ],
+    );
+    assert!(!ok);
+    assert!(err.contains("UNAUTHENTICATED"), "{err}");
+
+    // The admin key is on disk for its owner; it never appears in the logs.
+    drop(server);
+}
+
+#[test]
+fn serve_logs_the_admin_key_path_never_the_key_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path());
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut status = None;
+    for _ in 0..100 {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = status.expect("serve exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let mut logs = String::new();
+    std::io::Read::read_to_string(server.child.stderr.as_mut().unwrap(), &mut logs).unwrap();
+    assert!(logs.contains("admin.key"), "{logs}");
+    assert!(!logs.contains(key.trim()), "the key leaked into the logs");
+    assert!(logs.contains("SIGTERM"), "{logs}");
+
+    // A second start on the same data keeps the first key and mints no other.
+    let first = key.clone();
+    let _again = serve(dir.path());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap(),
+        first
+    );
+}
+
+#[test]
+fn admin_commands_manage_tenants_keys_and_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| countersign(dir.path(), args, &[]);
+    let (ok, out, err) = run(&["admin", "tenant", "create", "acme"]);
+    assert!(ok && out.trim() == "acme", "{out}{err}");
+    let (ok, _, err) = run(&["admin", "tenant", "create", "acme"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    let (ok, out, err) = run(&[
+        "admin",
+        "tenant",
+        "set",
+        "acme",
+        "--parallel-window",
+        "5m",
+        "--allow-force-approve-no-sop",
+        "true",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("5m") && out.contains("true"), "{out}");
+    let (ok, key, err) = run(&[
+        "admin", "key", "create", "--tenant", "acme", "--role", "auditor", "--agent",
+    ]);
+    assert!(ok, "{err}");
+    let id = countersign_domain::api_key::parse(key.trim()).unwrap().id;
+    let (ok, out, _) = run(&["admin", "key", "list", "--tenant", "acme"]);
+    assert!(ok && out.contains(&id) && out.contains("auditor"), "{out}");
+    assert!(!out.contains(key.trim()), "list must never print secrets");
+    let (ok, out, err) = run(&["admin", "key", "revoke", &id]);
+    assert!(ok && out.contains("revoked"), "{out}{err}");
+    let (ok, _, err) = run(&[
+        "admin", "key", "create", "--tenant", "acme", "--role", "root",
+    ]);
+    assert!(!ok && err.contains("role"), "{err}");
+    let (ok, _, err) = run(&[
+        "admin", "key", "create", "--tenant", "ghost", "--role", "admin",
+    ]);
+    assert!(!ok && err.contains("not found"), "{err}");
+}

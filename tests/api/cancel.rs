@@ -1,0 +1,67 @@
+use countersign_domain::Role;
+use countersign_proto::v1::{CancelProposalRequest, ProposalState};
+use tonic::Code;
+
+use crate::helpers::{TestApp, assert_code, valid_spec};
+
+#[tokio::test]
+async fn a_pending_proposal_can_be_cancelled_once() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let id = app
+        .submit(&key, valid_spec())
+        .await
+        .unwrap()
+        .proposal
+        .unwrap()
+        .id;
+
+    let cancelled = app.cancel(&key, &id).await.unwrap();
+    assert_eq!(cancelled.state, ProposalState::Cancelled as i32);
+    assert_eq!(cancelled.cancel_reason, "no longer needed");
+    assert_eq!(
+        app.get(&key, &id).await.unwrap().state,
+        ProposalState::Cancelled as i32
+    );
+
+    let again = assert_code(app.cancel(&key, &id).await, Code::FailedPrecondition);
+    assert!(again.message().contains("cancelled"), "{again:?}");
+}
+
+#[tokio::test]
+async fn cancel_needs_an_id_and_a_bounded_reason() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut client = app.client(&key).await;
+    let status = assert_code(
+        client
+            .cancel_proposal(CancelProposalRequest {
+                id: String::new(),
+                reason: String::new(),
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    assert!(status.message().starts_with("id:"), "{status:?}");
+    let id = app
+        .submit(&key, valid_spec())
+        .await
+        .unwrap()
+        .proposal
+        .unwrap()
+        .id;
+    let status = assert_code(
+        client
+            .cancel_proposal(CancelProposalRequest {
+                id: id.clone(),
+                reason: "x".repeat(4097),
+            })
+            .await,
+        Code::InvalidArgument,
+    );
+    assert!(status.message().starts_with("reason:"), "{status:?}");
+    assert_eq!(
+        app.get(&key, &id).await.unwrap().state,
+        ProposalState::Pending as i32
+    );
+}
