@@ -11,11 +11,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use countersign_domain::{Millis, Proposal, Role};
 
+pub use countersign_domain::TenantPolicy;
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
-    ApiKeyRecord, BootstrapKey, NewApiKey, NewProposal, SubmitOutcome, Tenant, TenantPolicy,
-    validate_tenant_name,
+    ApiKeyRecord, BootstrapKey, NewApiKey, NewProposal, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

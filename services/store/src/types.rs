@@ -1,4 +1,4 @@
-use countersign_domain::{Millis, Proposal, ProposalSpec, Role};
+use countersign_domain::{Millis, Proposal, ProposalSpec, Role, TenantPolicy};
 
 use crate::StoreError;
 
@@ -7,24 +7,6 @@ pub struct Tenant {
     pub name: String,
     pub created_at: Millis,
     pub policy: TenantPolicy,
-}
-
-/// Per-tenant review policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TenantPolicy {
-    /// How long an approval blocks overlapping operations.
-    pub parallel_window_ms: Millis,
-    /// Whether `force_approve_no_sop` may stand in for a missing SOP.
-    pub allow_force_approve_no_sop: bool,
-}
-
-impl Default for TenantPolicy {
-    fn default() -> Self {
-        TenantPolicy {
-            parallel_window_ms: 10 * 60 * 1000,
-            allow_force_approve_no_sop: false,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,85 @@
+//! Reference data the reviewer checks against: SOPs, targets, tenant policy.
+
+use std::collections::BTreeMap;
+
+use crate::{Millis, proposal::BlastRadius};
+
+crate::named_enum! {
+    pub enum TargetStatus as "target status" {
+        Online => "online",
+        Offline => "offline",
+        RestartLoop => "restart_loop",
+        Maintenance => "maintenance",
+    }
+}
+
+/// A standard operating procedure: which action it covers, on which targets
+/// (the selector's labels), how far it may reach and how to roll back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sop {
+    pub id: String,
+    pub action: String,
+    pub title: String,
+    pub covers: String,
+    pub rollback_path: String,
+    pub max_blast_radius: BlastRadius,
+    pub selector: BTreeMap<String, String>,
+    pub version: u32,
+    pub retired: bool,
+    pub updated_at: Millis,
+}
+
+impl Sop {
+    /// Whether the target carries every label of the selector.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.selector
+            .iter()
+            .all(|(k, v)| labels.get(k).is_some_and(|have| have == v))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub id: String,
+    pub status: TargetStatus,
+    pub labels: BTreeMap<String, String>,
+    pub updated_at: Millis,
+}
+
+/// The label that groups targets into a cluster.
+pub const CLUSTER_LABEL: &str = "cluster";
+
+impl Target {
+    pub fn cluster(&self) -> Option<&str> {
+        self.labels.get(CLUSTER_LABEL).map(String::as_str)
+    }
+}
+
+/// Per-tenant review policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// How long an approval blocks overlapping operations.
+    pub parallel_window_ms: Millis,
+    /// Whether `force_approve_no_sop` may stand in for a missing SOP.
+    pub allow_force_approve_no_sop: bool,
+}
+
+impl Default for TenantPolicy {
+    fn default() -> Self {
+        TenantPolicy {
+            parallel_window_ms: 10 * 60 * 1000,
+            allow_force_approve_no_sop: false,
+        }
+    }
+}
+
+impl BlastRadius {
+    /// single_device < cluster < tenant_wide.
+    pub fn rank(self) -> u8 {
+        match self {
+            BlastRadius::SingleDevice => 1,
+            BlastRadius::Cluster => 2,
+            BlastRadius::TenantWide => 3,
+        }
+    }
+}
