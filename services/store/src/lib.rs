@@ -9,13 +9,16 @@ mod types;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use countersign_domain::{Millis, Proposal, Role};
+use countersign_domain::{
+    Decision, Millis, Proposal, Role, Sop, Target, TargetStatus, gates::ReviewFacts,
+};
 
 pub use countersign_domain::TenantPolicy;
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
-    ApiKeyRecord, BootstrapKey, NewApiKey, NewProposal, SubmitOutcome, Tenant, validate_tenant_name,
+    ApiKeyRecord, BeginReview, BootstrapKey, EventKind, NewApiKey, NewProposal, OverdueReview,
+    RecordOutcome, SopInput, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -51,6 +54,51 @@ pub trait Store: Send + Sync + 'static {
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>>;
     /// PENDING or REVIEWING becomes CANCELLED; terminal is `FailedPrecondition`.
     async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal>;
+
+    /// Creates or replaces an SOP; each put bumps its version.
+    async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop>;
+    async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>>;
+    async fn list_sops(&self, tenant: &str) -> Result<Vec<Sop>>;
+    /// Retires an SOP (a new version); it no longer covers anything.
+    async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop>;
+
+    async fn put_target(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TargetStatus,
+        labels: std::collections::BTreeMap<String, String>,
+    ) -> Result<Target>;
+    async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>>;
+    async fn list_targets(&self, tenant: &str) -> Result<Vec<Target>>;
+
+    /// Moves a PENDING proposal to REVIEWING (with its event); a REVIEWING one
+    /// (redelivered) stays so and keeps its first start time.
+    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview>;
+    /// Everything the gates look at, as of now.
+    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts>;
+    /// Writes the decision, the state change and its event in one transaction,
+    /// only if the proposal is still open. Approvals are re-checked against the
+    /// SOP and target as they are at commit.
+    async fn record_decision(
+        &self,
+        tenant: &str,
+        id: &str,
+        decision: Decision,
+    ) -> Result<RecordOutcome>;
+    /// Reviews that started before `started_before` and are still REVIEWING.
+    async fn overdue_reviews(
+        &self,
+        started_before: Millis,
+        limit: u32,
+    ) -> Result<Vec<OverdueReview>>;
+    /// Results dropped because their proposal was already terminal.
+    async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64>;
+    /// Events of one proposal, oldest first.
+    async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<StoreEvent>>;
+
+    /// State changes as they commit in this process.
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent>;
 }
 
 /// Opens the store a URL names: `sqlite://…` or `postgres://…`.

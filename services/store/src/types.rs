@@ -75,3 +75,68 @@ pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
         )))
     }
 }
+
+/// What an admin puts; the store assigns the version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SopInput {
+    pub id: String,
+    pub action: String,
+    pub title: String,
+    pub covers: String,
+    pub rollback_path: String,
+    pub max_blast_radius: countersign_domain::BlastRadius,
+    pub selector: std::collections::BTreeMap<String, String>,
+}
+
+/// A state change, published after it commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreEvent {
+    pub cursor: i64,
+    pub tenant: String,
+    pub proposal_id: String,
+    pub kind: EventKind,
+    pub state: countersign_domain::ProposalState,
+}
+
+countersign_domain::named_enum! {
+    pub enum EventKind as "event kind" {
+        Submitted => "SUBMITTED",
+        ReviewStarted => "REVIEW_STARTED",
+        Approved => "APPROVED",
+        Rejected => "REJECTED",
+        Cancelled => "CANCELLED",
+        TimedOut => "TIMED_OUT",
+    }
+}
+
+/// Where a review found its proposal.
+#[derive(Debug, Clone)]
+pub enum BeginReview {
+    /// Now REVIEWING; `started_at` is when it first entered REVIEWING.
+    Reviewing {
+        proposal: Proposal,
+        started_at: Millis,
+    },
+    /// Already terminal: nothing to review.
+    Terminal(countersign_domain::ProposalState),
+}
+
+/// What became of a decision handed to the store.
+#[derive(Debug, Clone)]
+pub enum RecordOutcome {
+    Recorded(Proposal),
+    /// The proposal was already terminal (cancelled, decided): the late result
+    /// was counted and dropped.
+    Discarded(countersign_domain::ProposalState),
+    /// An approval whose facts changed before commit (the SOP was retired or
+    /// changed, the target left ONLINE): review again.
+    Stale(String),
+}
+
+/// A proposal that has been REVIEWING for longer than its deadline.
+#[derive(Debug, Clone)]
+pub struct OverdueReview {
+    pub tenant: String,
+    pub proposal_id: String,
+    pub started_at: Millis,
+}

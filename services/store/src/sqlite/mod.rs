@@ -2,22 +2,28 @@
 //! single connection (SQLite has one writer anyway, and this way no writer
 //! ever sees `SQLITE_BUSY` from another of ours); reads use a small pool.
 
+mod events;
 mod keys;
 mod proposals;
+mod reference;
+mod review;
 mod tenants;
 
 use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
-use countersign_domain::Proposal;
+use countersign_domain::{
+    Decision, Millis, Proposal, Sop, Target, TargetStatus, gates::ReviewFacts,
+};
 use sqlx::{
     SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
+use tokio::sync::broadcast;
 
 use crate::{
-    ApiKeyRecord, BootstrapKey, NewApiKey, NewProposal, Result, Store, SubmitOutcome, Tenant,
-    TenantPolicy,
+    ApiKeyRecord, BeginReview, BootstrapKey, NewApiKey, NewProposal, OverdueReview, RecordOutcome,
+    Result, SopInput, Store, StoreEvent, SubmitOutcome, Tenant, TenantPolicy,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -26,10 +32,24 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqli
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    events: broadcast::Sender<StoreEvent>,
 }
 
 impl SqliteStore {
     /// Opens (creating if missing) the database a `sqlite://` URL names.
+    /// The single writer connection, shared with the embedded queue (whose
+    /// table the proposal insert writes in the same transaction).
+    pub fn writer_pool(&self) -> SqlitePool {
+        self.writer.clone()
+    }
+
+    fn publish(&self, event: Option<StoreEvent>) {
+        if let Some(event) = event {
+            // No subscriber is fine: the event is in the table either way.
+            let _ = self.events.send(event);
+        }
+    }
+
     pub async fn connect(url: &str) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
@@ -49,7 +69,12 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.read_only(true))
             .await?;
-        Ok(SqliteStore { writer, reader })
+        let (events, _) = broadcast::channel(4096);
+        Ok(SqliteStore {
+            writer,
+            reader,
+            events,
+        })
     }
 }
 
@@ -102,7 +127,9 @@ impl Store for SqliteStore {
     }
 
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        proposals::insert(&self.writer, new).await
+        let (outcome, event) = proposals::insert(&self.writer, new).await?;
+        self.publish(event);
+        Ok(outcome)
     }
 
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
@@ -110,6 +137,83 @@ impl Store for SqliteStore {
     }
 
     async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        proposals::cancel(&self.writer, tenant, id, reason).await
+        let (proposal, event) = proposals::cancel(&self.writer, tenant, id, reason).await?;
+        self.publish(Some(event));
+        Ok(proposal)
+    }
+
+    async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop> {
+        reference::put_sop(&self.writer, tenant, sop).await
+    }
+
+    async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
+        reference::get_sop(&self.reader, tenant, id).await
+    }
+
+    async fn list_sops(&self, tenant: &str) -> Result<Vec<Sop>> {
+        reference::list_sops(&self.reader, tenant).await
+    }
+
+    async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
+        reference::retire_sop(&self.writer, tenant, id).await
+    }
+
+    async fn put_target(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TargetStatus,
+        labels: std::collections::BTreeMap<String, String>,
+    ) -> Result<Target> {
+        reference::put_target(&self.writer, tenant, id, status, labels).await
+    }
+
+    async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
+        reference::get_target(&self.reader, tenant, id).await
+    }
+
+    async fn list_targets(&self, tenant: &str) -> Result<Vec<Target>> {
+        reference::list_targets(&self.reader, tenant).await
+    }
+
+    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview> {
+        let (outcome, event) = review::begin(&self.writer, tenant, id, reviewer).await?;
+        self.publish(event);
+        Ok(outcome)
+    }
+
+    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts> {
+        review::facts(&self.reader, proposal).await
+    }
+
+    async fn record_decision(
+        &self,
+        tenant: &str,
+        id: &str,
+        decision: Decision,
+    ) -> Result<RecordOutcome> {
+        let (outcome, event) = review::record(&self.writer, tenant, id, decision).await?;
+        self.publish(event);
+        Ok(outcome)
+    }
+
+    async fn overdue_reviews(
+        &self,
+        started_before: Millis,
+        limit: u32,
+    ) -> Result<Vec<OverdueReview>> {
+        review::overdue(&self.reader, started_before, limit).await
+    }
+
+    async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64> {
+        review::discarded(&self.reader, tenant, id).await
+    }
+
+    async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<crate::StoreEvent>> {
+        events::of_proposal(&self.reader, tenant, id).await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
     }
 }

@@ -1,7 +1,8 @@
 use countersign_domain::{Proposal, ProposalState};
 use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
-use crate::{NewProposal, Result, StoreError, SubmitOutcome, now_ms};
+use super::{events, review};
+use crate::{EventKind, NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
 fn from_row(row: &SqliteRow) -> Result<Proposal> {
     let id: String = row.try_get("id")?;
@@ -27,19 +28,30 @@ fn from_row(row: &SqliteRow) -> Result<Proposal> {
     })
 }
 
-async fn fetch(conn: &mut SqliteConnection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-    sqlx::query("SELECT * FROM proposals WHERE tenant = ? AND id = ?")
+/// One proposal of one tenant, with its decision once it has one.
+pub async fn fetch(
+    conn: &mut SqliteConnection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Proposal>> {
+    let row = sqlx::query("SELECT * FROM proposals WHERE tenant = ? AND id = ?")
         .bind(tenant)
         .bind(id)
         .fetch_optional(&mut *conn)
-        .await?
-        .as_ref()
-        .map(from_row)
-        .transpose()
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let mut proposal = from_row(&row)?;
+    if proposal.state.is_terminal() {
+        proposal.decision = review::decision_of(conn, id).await?;
+    }
+    Ok(Some(proposal))
 }
 
 #[tracing::instrument(name = "store.sqlite.insert_proposal", skip_all, fields(tenant = %new.tenant))]
-pub async fn insert(pool: &SqlitePool, new: NewProposal) -> Result<SubmitOutcome> {
+pub async fn insert(
+    pool: &SqlitePool,
+    new: NewProposal,
+) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
     let digest = new.spec.digest();
     let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
     let mut tx = pool.begin().await?;
@@ -60,7 +72,7 @@ pub async fn insert(pool: &SqlitePool, new: NewProposal) -> Result<SubmitOutcome
             let proposal = fetch(&mut tx, &new.tenant, &id)
                 .await?
                 .ok_or_else(|| StoreError::Corrupt(format!("proposal {id} vanished")))?;
-            return Ok(SubmitOutcome::Deduplicated(proposal));
+            return Ok((SubmitOutcome::Deduplicated(proposal), None));
         }
     }
     let id = ulid::Ulid::new().to_string();
@@ -86,8 +98,27 @@ pub async fn insert(pool: &SqlitePool, new: NewProposal) -> Result<SubmitOutcome
     .fetch_one(&mut *tx)
     .await?;
     let proposal = from_row(&row)?;
+    // The queue entry rides in the same transaction: OK means it will be reviewed.
+    sqlx::query(
+        "INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
+         VALUES (?, ?, ?, ?)",
+    )
+    .bind(&new.tenant)
+    .bind(&id)
+    .bind(now)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    let event = events::append(
+        &mut tx,
+        &new.tenant,
+        &id,
+        EventKind::Submitted,
+        ProposalState::Pending,
+    )
+    .await?;
     tx.commit().await?;
-    Ok(SubmitOutcome::Created(proposal))
+    Ok((SubmitOutcome::Created(proposal), Some(event)))
 }
 
 #[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]
@@ -97,7 +128,12 @@ pub async fn get(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Pro
 }
 
 #[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(pool, reason))]
-pub async fn cancel(pool: &SqlitePool, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
+pub async fn cancel(
+    pool: &SqlitePool,
+    tenant: &str,
+    id: &str,
+    reason: &str,
+) -> Result<(Proposal, StoreEvent)> {
     let mut tx = pool.begin().await?;
     let current = fetch(&mut tx, tenant, id)
         .await?
@@ -119,6 +155,18 @@ pub async fn cancel(pool: &SqlitePool, tenant: &str, id: &str, reason: &str) -> 
     .fetch_one(&mut *tx)
     .await?;
     let proposal = from_row(&row)?;
+    sqlx::query("DELETE FROM queue_entries WHERE proposal_id = ?")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    let event = events::append(
+        &mut tx,
+        tenant,
+        id,
+        EventKind::Cancelled,
+        ProposalState::Cancelled,
+    )
+    .await?;
     tx.commit().await?;
-    Ok(proposal)
+    Ok((proposal, event))
 }

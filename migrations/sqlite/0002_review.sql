@@ -1,0 +1,116 @@
+-- SOPs, targets, the queue, decisions and events.
+-- Keep in step with migrations/postgres/0002_review.sql.
+
+CREATE TABLE sops (
+    tenant            TEXT    NOT NULL REFERENCES tenants (name),
+    id                TEXT    NOT NULL,
+    version           INTEGER NOT NULL,
+    action            TEXT    NOT NULL,
+    title             TEXT    NOT NULL,
+    covers            TEXT    NOT NULL,
+    rollback_path     TEXT    NOT NULL,
+    max_blast_radius  TEXT    NOT NULL,
+    selector_json     TEXT    NOT NULL,
+    retired           INTEGER NOT NULL DEFAULT 0,
+    updated_at        INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX sops_by_action ON sops (tenant, action);
+
+-- Every version ever put, so a decision's (sop_id, sop_version) can be read back.
+CREATE TABLE sop_versions (
+    tenant            TEXT    NOT NULL,
+    id                TEXT    NOT NULL,
+    version           INTEGER NOT NULL,
+    action            TEXT    NOT NULL,
+    title             TEXT    NOT NULL,
+    covers            TEXT    NOT NULL,
+    rollback_path     TEXT    NOT NULL,
+    max_blast_radius  TEXT    NOT NULL,
+    selector_json     TEXT    NOT NULL,
+    retired           INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id, version)
+);
+
+CREATE TABLE targets (
+    tenant       TEXT    NOT NULL REFERENCES tenants (name),
+    id           TEXT    NOT NULL,
+    status       TEXT    NOT NULL CHECK (status IN ('online', 'offline', 'restart_loop', 'maintenance')),
+    labels_json  TEXT    NOT NULL,
+    cluster      TEXT,
+    updated_at   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+CREATE INDEX targets_by_cluster ON targets (tenant, cluster);
+
+ALTER TABLE proposals ADD COLUMN review_started_at INTEGER;
+ALTER TABLE proposals ADD COLUMN decided_at INTEGER;
+CREATE INDEX proposals_open ON proposals (tenant, state, decided_at);
+CREATE INDEX proposals_reviewing ON proposals (state, review_started_at);
+
+-- The embedded queue. A row is written in the same transaction as its proposal.
+CREATE TABLE queue_entries (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant            TEXT    NOT NULL,
+    proposal_id       TEXT    NOT NULL UNIQUE,
+    enqueued_at       INTEGER NOT NULL,
+    available_at      INTEGER NOT NULL,
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    lease_owner       TEXT,
+    lease_token       TEXT,
+    lease_expires_at  INTEGER,
+    dead_at           INTEGER,
+    dead_reason       TEXT
+);
+CREATE INDEX queue_ready ON queue_entries (dead_at, lease_expires_at, available_at);
+
+-- Exactly one decision per proposal; rows are never updated or deleted.
+CREATE TABLE decisions (
+    proposal_id         TEXT    PRIMARY KEY NOT NULL REFERENCES proposals (id),
+    tenant              TEXT    NOT NULL,
+    outcome             TEXT    NOT NULL CHECK (outcome IN ('approve', 'reject', 'timed_out')),
+    reason              TEXT    NOT NULL,
+    agent_message       TEXT    NOT NULL,
+    sop_id              TEXT,
+    sop_version         INTEGER,
+    rollback_path       TEXT,
+    gates_json          TEXT    NOT NULL,
+    missing_gates_json  TEXT    NOT NULL,
+    reviewer            TEXT    NOT NULL,
+    decided_at          INTEGER NOT NULL,
+    summary             TEXT    NOT NULL,
+    review_latency_ms   INTEGER NOT NULL
+);
+CREATE INDEX decisions_by_tenant ON decisions (tenant, decided_at);
+
+CREATE TRIGGER decisions_are_append_only_update BEFORE UPDATE ON decisions
+BEGIN
+    SELECT RAISE(ABORT, 'decisions are append-only');
+END;
+CREATE TRIGGER decisions_are_append_only_delete BEFORE DELETE ON decisions
+BEGIN
+    SELECT RAISE(ABORT, 'decisions are append-only');
+END;
+
+-- Every state change of a proposal, in commit order (the cursor).
+CREATE TABLE events (
+    cursor       INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant       TEXT    NOT NULL,
+    proposal_id  TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    state        TEXT    NOT NULL,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX events_by_tenant ON events (tenant, cursor);
+
+-- Results that arrived after their proposal was already terminal, counted not applied.
+CREATE TABLE discarded_results (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant       TEXT    NOT NULL,
+    proposal_id  TEXT    NOT NULL,
+    outcome      TEXT    NOT NULL,
+    state_found  TEXT    NOT NULL,
+    reviewer     TEXT    NOT NULL,
+    at           INTEGER NOT NULL
+);

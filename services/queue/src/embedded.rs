@@ -1,0 +1,159 @@
+//! The embedded queue: the `queue_entries` table of the SQLite database, which
+//! the store writes in the same transaction as the proposal.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::RngCore;
+use sqlx::SqlitePool;
+
+use crate::{Lease, Queue, Result, now_ms};
+
+#[derive(Debug, Clone)]
+pub struct EmbeddedQueue {
+    pool: SqlitePool,
+}
+
+impl EmbeddedQueue {
+    /// Uses the store's writer pool (see `SqliteStore::writer_pool`).
+    pub fn new(pool: SqlitePool) -> Self {
+        EmbeddedQueue { pool }
+    }
+}
+
+fn token() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Queue for EmbeddedQueue {
+    async fn enqueue(&self, tenant: &str, proposal_id: &str) -> Result<()> {
+        let now = now_ms();
+        sqlx::query(
+            "INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
+             VALUES (?, ?, ?, ?) ON CONFLICT (proposal_id) DO NOTHING",
+        )
+        .bind(tenant)
+        .bind(proposal_id)
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(name = "queue.embedded.fetch", skip(self, lease))]
+    async fn fetch(&self, worker: &str, max: usize, lease: Duration) -> Result<Vec<Lease>> {
+        let now = now_ms();
+        let expires_at = now + ms(lease);
+        let token = token();
+        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "UPDATE queue_entries
+             SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3, attempts = attempts + 1
+             WHERE id IN (
+                 SELECT id FROM (
+                     SELECT id, ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY id) AS turn
+                     FROM queue_entries
+                     WHERE dead_at IS NULL AND available_at <= ?4
+                       AND (lease_expires_at IS NULL OR lease_expires_at <= ?4)
+                 ) ORDER BY turn, id LIMIT ?5)
+             RETURNING id, tenant, proposal_id, attempts",
+        )
+        .bind(worker)
+        .bind(&token)
+        .bind(expires_at)
+        .bind(now)
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut leases: Vec<Lease> = rows
+            .into_iter()
+            .map(|(entry_id, tenant, proposal_id, attempts)| Lease {
+                entry_id,
+                tenant,
+                proposal_id,
+                attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                token: token.clone(),
+                expires_at,
+            })
+            .collect();
+        leases.sort_by_key(|l| l.entry_id);
+        Ok(leases)
+    }
+
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE queue_entries SET lease_expires_at = ? WHERE id = ? AND lease_token = ?",
+        )
+        .bind(now_ms() + ms(by))
+        .bind(lease.entry_id)
+        .bind(&lease.token)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn ack(&self, lease: &Lease) -> Result<()> {
+        sqlx::query("DELETE FROM queue_entries WHERE id = ? AND lease_token = ?")
+            .bind(lease.entry_id)
+            .bind(&lease.token)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
+        sqlx::query(
+            "UPDATE queue_entries
+             SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, available_at = ?
+             WHERE id = ? AND lease_token = ?",
+        )
+        .bind(now_ms() + ms(delay))
+        .bind(lease.entry_id)
+        .bind(&lease.token)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn reclaim_expired(&self) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE queue_entries
+             SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?",
+        )
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn dead_letter(&self, lease: &Lease, reason: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE queue_entries
+             SET dead_at = ?, dead_reason = ?, lease_owner = NULL, lease_token = NULL,
+                 lease_expires_at = NULL
+             WHERE id = ? AND lease_token = ?",
+        )
+        .bind(now_ms())
+        .bind(reason)
+        .bind(lease.entry_id)
+        .bind(&lease.token)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn depth(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM queue_entries WHERE dead_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n.max(0) as u64)
+    }
+}

@@ -1,0 +1,71 @@
+//! The review queue: proposals wait here for a reviewer. At-least-once: a
+//! leased entry that is not acked before its lease runs out is handed out
+//! again; exactly-once *decisions* are the store's job.
+
+mod embedded;
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use countersign_domain::{ErrorKind, Millis, ServiceError};
+
+pub use embedded::EmbeddedQueue;
+
+/// One entry handed to one worker until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub entry_id: i64,
+    pub tenant: String,
+    pub proposal_id: String,
+    /// How many times this entry has been leased, this time included.
+    pub attempts: u32,
+    /// Proves the holder: a stale holder's ack or extend does nothing.
+    pub token: String,
+    pub expires_at: Millis,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue unavailable: {0}")]
+    Unavailable(String),
+    #[error("queue error: {0}")]
+    Backend(#[from] sqlx::Error),
+}
+
+impl ServiceError for QueueError {
+    fn kind(&self) -> ErrorKind {
+        ErrorKind::Unavailable
+    }
+}
+
+pub type Result<T, E = QueueError> = std::result::Result<T, E>;
+
+#[async_trait]
+pub trait Queue: Send + Sync + 'static {
+    /// Adds an entry for a proposal (idempotent per proposal).
+    async fn enqueue(&self, tenant: &str, proposal_id: &str) -> Result<()>;
+    /// Leases up to `max` ready entries to `worker` for `lease`, interleaving
+    /// tenants so one that floods cannot starve the others.
+    async fn fetch(&self, worker: &str, max: usize, lease: Duration) -> Result<Vec<Lease>>;
+    /// Extends a lease still held; false if it was lost.
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool>;
+    /// Done: the entry goes.
+    async fn ack(&self, lease: &Lease) -> Result<()>;
+    /// Gives the entry back, ready again after `delay`.
+    async fn release(&self, lease: &Lease, delay: Duration) -> Result<()>;
+    /// Makes entries whose lease ran out ready again; returns how many.
+    async fn reclaim_expired(&self) -> Result<u64>;
+    /// Parks an entry for good, with the reason (its proposal must already be decided).
+    async fn dead_letter(&self, lease: &Lease, reason: &str) -> Result<()>;
+    /// Entries not yet acked or dead-lettered.
+    async fn depth(&self) -> Result<u64>;
+}
+
+pub type DynQueue = Arc<dyn Queue>;
+
+pub(crate) fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or_default()
+}

@@ -1,0 +1,58 @@
+//! Reviewer workers. Each worker leases proposals from the queue, moves them
+//! to REVIEWING, gathers the facts, runs the gates and records the decision in
+//! one transaction, then acks. Every failure path ends in a retry, a rejection
+//! or a time-out — never in an approval.
+
+mod config;
+mod janitor;
+mod worker;
+
+use std::sync::Arc;
+
+use countersign_queue::DynQueue;
+use countersign_store::DynStore;
+use tokio::{sync::watch, task::JoinSet};
+
+pub use config::{Evaluator, ReviewerConfig};
+
+/// A running pool of workers and its janitor.
+pub struct Reviewers {
+    tasks: JoinSet<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl Reviewers {
+    /// Starts `config.workers` workers and one janitor.
+    pub fn start(store: DynStore, queue: DynQueue, config: ReviewerConfig) -> Reviewers {
+        let (stop, stopped) = watch::channel(false);
+        let config = Arc::new(config);
+        let mut tasks = JoinSet::new();
+        let host = config.name.clone();
+        for n in 0..config.workers {
+            let worker = worker::Worker {
+                id: format!("{host}/{n}"),
+                store: store.clone(),
+                queue: queue.clone(),
+                config: config.clone(),
+            };
+            tasks.spawn(worker.run(stopped.clone()));
+        }
+        if config.workers > 0 {
+            let janitor = janitor::Janitor {
+                id: format!("{host}/janitor"),
+                store,
+                queue,
+                config,
+            };
+            tasks.spawn(janitor.run(stopped));
+        }
+        Reviewers { tasks, stop }
+    }
+
+    /// Asks every worker to finish its current review, and waits for them.
+    /// A review left half-done keeps its lease, which expires and is reclaimed.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}

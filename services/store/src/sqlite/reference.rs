@@ -1,0 +1,187 @@
+//! SOPs and targets.
+
+use std::collections::BTreeMap;
+
+use countersign_domain::{Sop, Target, TargetStatus};
+use sqlx::{Row, SqlitePool, sqlite::SqliteRow};
+
+use crate::{Result, SopInput, StoreError, now_ms};
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+pub fn sop_from_row(row: &SqliteRow) -> Result<Sop> {
+    let id: String = row.try_get("id")?;
+    let radius: String = row.try_get("max_blast_radius")?;
+    let selector: String = row.try_get("selector_json")?;
+    let version: i64 = row.try_get("version")?;
+    Ok(Sop {
+        action: row.try_get("action")?,
+        title: row.try_get("title")?,
+        covers: row.try_get("covers")?,
+        rollback_path: row.try_get("rollback_path")?,
+        max_blast_radius: radius
+            .parse()
+            .map_err(|e| corrupt(&format!("sop {id}"), e))?,
+        selector: serde_json::from_str(&selector)
+            .map_err(|e| corrupt(&format!("sop {id} selector"), e))?,
+        version: u32::try_from(version).map_err(|e| corrupt(&format!("sop {id} version"), e))?,
+        retired: row.try_get("retired")?,
+        updated_at: row.try_get("updated_at")?,
+        id,
+    })
+}
+
+pub fn target_from_row(row: &SqliteRow) -> Result<Target> {
+    let id: String = row.try_get("id")?;
+    let status: String = row.try_get("status")?;
+    let labels: String = row.try_get("labels_json")?;
+    Ok(Target {
+        status: status
+            .parse()
+            .map_err(|e| corrupt(&format!("target {id}"), e))?,
+        labels: serde_json::from_str(&labels)
+            .map_err(|e| corrupt(&format!("target {id} labels"), e))?,
+        updated_at: row.try_get("updated_at")?,
+        id,
+    })
+}
+
+async fn write_sop(pool: &SqlitePool, tenant: &str, sop: &Sop) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    for table in ["sops", "sop_versions"] {
+        let verb = if table == "sops" {
+            "INSERT OR REPLACE"
+        } else {
+            "INSERT"
+        };
+        sqlx::query(&format!(
+            "{verb} INTO {table} (tenant, id, version, action, title, covers, rollback_path,
+                 max_blast_radius, selector_json, retired, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        ))
+        .bind(tenant)
+        .bind(&sop.id)
+        .bind(i64::from(sop.version))
+        .bind(&sop.action)
+        .bind(&sop.title)
+        .bind(&sop.covers)
+        .bind(&sop.rollback_path)
+        .bind(sop.max_blast_radius.as_str())
+        .bind(serde_json::to_string(&sop.selector).expect("labels serialize"))
+        .bind(sop.retired)
+        .bind(sop.updated_at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+#[tracing::instrument(name = "store.sqlite.put_sop", skip(pool, input), fields(sop = %input.id))]
+pub async fn put_sop(pool: &SqlitePool, tenant: &str, input: SopInput) -> Result<Sop> {
+    let current = get_sop(pool, tenant, &input.id).await?;
+    let sop = Sop {
+        version: current.map_or(1, |c| c.version + 1),
+        id: input.id,
+        action: input.action,
+        title: input.title,
+        covers: input.covers,
+        rollback_path: input.rollback_path,
+        max_blast_radius: input.max_blast_radius,
+        selector: input.selector,
+        retired: false,
+        updated_at: now_ms(),
+    };
+    write_sop(pool, tenant, &sop).await?;
+    Ok(sop)
+}
+
+pub async fn retire_sop(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Sop> {
+    let current = get_sop(pool, tenant, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?;
+    if current.retired {
+        return Ok(current);
+    }
+    let sop = Sop {
+        version: current.version + 1,
+        retired: true,
+        updated_at: now_ms(),
+        ..current
+    };
+    write_sop(pool, tenant, &sop).await?;
+    Ok(sop)
+}
+
+pub async fn get_sop(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Sop>> {
+    sqlx::query("SELECT * FROM sops WHERE tenant = ? AND id = ?")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .as_ref()
+        .map(sop_from_row)
+        .transpose()
+}
+
+pub async fn list_sops(pool: &SqlitePool, tenant: &str) -> Result<Vec<Sop>> {
+    sqlx::query("SELECT * FROM sops WHERE tenant = ? ORDER BY id")
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(sop_from_row)
+        .collect()
+}
+
+#[tracing::instrument(name = "store.sqlite.put_target", skip(pool, labels))]
+pub async fn put_target(
+    pool: &SqlitePool,
+    tenant: &str,
+    id: &str,
+    status: TargetStatus,
+    labels: BTreeMap<String, String>,
+) -> Result<Target> {
+    let target = Target {
+        id: id.to_owned(),
+        status,
+        labels,
+        updated_at: now_ms(),
+    };
+    sqlx::query(
+        "INSERT OR REPLACE INTO targets (tenant, id, status, labels_json, cluster, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(status.as_str())
+    .bind(serde_json::to_string(&target.labels).expect("labels serialize"))
+    .bind(target.cluster())
+    .bind(target.updated_at)
+    .execute(pool)
+    .await?;
+    Ok(target)
+}
+
+pub async fn get_target(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Target>> {
+    sqlx::query("SELECT * FROM targets WHERE tenant = ? AND id = ?")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+        .as_ref()
+        .map(target_from_row)
+        .transpose()
+}
+
+pub async fn list_targets(pool: &SqlitePool, tenant: &str) -> Result<Vec<Target>> {
+    sqlx::query("SELECT * FROM targets WHERE tenant = ? ORDER BY id")
+        .bind(tenant)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(target_from_row)
+        .collect()
+}
