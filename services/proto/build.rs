@@ -8,6 +8,7 @@ use prost::Message;
 const PROTOS: &[&str] = &[
     "countersign/v1/types.proto",
     "countersign/v1/proposal_service.proto",
+    "countersign/v1/reference_services.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -3,7 +3,13 @@
 
 use std::{future::Future, net::SocketAddr};
 
-use countersign_proto::{FILE_DESCRIPTOR_SET, v1::proposal_service_server::ProposalServiceServer};
+use countersign_proto::{
+    FILE_DESCRIPTOR_SET,
+    v1::{
+        proposal_service_server::ProposalServiceServer, sop_service_server::SopServiceServer,
+        target_service_server::TargetServiceServer,
+    },
+};
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -14,7 +20,7 @@ use tower::ServiceBuilder;
 use crate::{
     RateLimit, Timeouts,
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
-    services::ProposalApi,
+    services::{ProposalApi, SopApi, TargetApi},
 };
 
 /// The largest message the server decodes.
@@ -44,7 +50,12 @@ pub struct Application {
     config: ApiConfig,
 }
 
-const SERVICES: &[&str] = &["", "countersign.v1.ProposalService"];
+const SERVICES: &[&str] = &[
+    "",
+    "countersign.v1.ProposalService",
+    "countersign.v1.SopService",
+    "countersign.v1.TargetService",
+];
 
 impl Application {
     /// Binds the listener. The store must already be migrated.
@@ -90,6 +101,10 @@ impl Application {
 
         let proposals = ProposalServiceServer::new(ProposalApi::new(self.store.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let sops = SopServiceServer::new(SopApi::new(self.store.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let targets = TargetServiceServer::new(TargetApi::new(self.store.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
 
         set_all(&health, ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");
@@ -105,6 +120,8 @@ impl Application {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(proposals)
+            .add_service(sops)
+            .add_service(targets)
             .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), signal)
             .await
     }

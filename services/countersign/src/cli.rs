@@ -68,6 +68,29 @@ pub enum ClientCommandWithArgs {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Wait for a proposal's decision (exit 0 approved, 3 otherwise).
+    Await {
+        #[command(flatten)]
+        conn: ClientArgs,
+        id: String,
+        /// How long to wait.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// SOPs: put, get, list, retire.
+    Sop {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(subcommand)]
+        command: crate::reference::SopCommand,
+    },
+    /// Targets: put, get, list.
+    Target {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(subcommand)]
+        command: crate::reference::TargetCommand,
+    },
 }
 
 impl Command {
@@ -96,6 +119,31 @@ pub struct ServeArgs {
     /// Deadline for ordinary calls (e.g. `30s`).
     #[arg(long, env = "COUNTERSIGN_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
+    /// What this process runs: the API and the reviewers, or one of them.
+    #[arg(long, env = "COUNTERSIGN_ROLE", value_enum, default_value_t = Role::All)]
+    pub role: Role,
+    /// Reviewer workers in this process (default: one per core).
+    #[arg(long, env = "COUNTERSIGN_REVIEWERS")]
+    pub reviewers: Option<usize>,
+    /// From REVIEWING to decision; past it a proposal is TIMED_OUT.
+    #[arg(long, env = "COUNTERSIGN_REVIEW_DEADLINE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub review_deadline: Duration,
+    /// Review attempts before a proposal is REJECTED "review failed".
+    #[arg(long, env = "COUNTERSIGN_REVIEW_ATTEMPTS", default_value = "3")]
+    pub review_attempts: u32,
+    /// How long a worker holds a proposal before another may reclaim it.
+    #[arg(long, env = "COUNTERSIGN_REVIEW_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub review_lease: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// API and reviewers.
+    All,
+    /// The gRPC API only.
+    Api,
+    /// Reviewer workers only.
+    Worker,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -116,6 +164,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 ClientCommandWithArgs::Get { conn, id } => (conn, ClientCommand::Get { id }),
                 ClientCommandWithArgs::Cancel { conn, id, reason } => {
                     (conn, ClientCommand::Cancel { id, reason })
+                }
+                ClientCommandWithArgs::Await { conn, id, timeout } => {
+                    (conn, ClientCommand::Await { id, timeout })
+                }
+                ClientCommandWithArgs::Sop { conn, command } => {
+                    return crate::reference::run_sop(&conn, command).await;
+                }
+                ClientCommandWithArgs::Target { conn, command } => {
+                    return crate::reference::run_target(&conn, command).await;
                 }
             };
             crate::client::run(&conn, command).await

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use countersign_proto::v1::{
-    CancelProposalRequest, GetProposalRequest, SubmitRequest,
+    AwaitDecisionRequest, CancelProposalRequest, GetProposalRequest, SubmitRequest,
     proposal_service_client::ProposalServiceClient,
 };
 use tonic::{
@@ -40,8 +40,49 @@ pub struct ClientArgs {
 #[derive(Debug)]
 pub enum ClientCommand {
     Submit(SpecArgs),
-    Get { id: String },
-    Cancel { id: String, reason: String },
+    Get {
+        id: String,
+    },
+    Cancel {
+        id: String,
+        reason: String,
+    },
+    Await {
+        id: String,
+        timeout: std::time::Duration,
+    },
+}
+
+/// The proposal ended other than APPROVED: the CLI exits with 3.
+#[derive(Debug, thiserror::Error)]
+#[error("proposal {id} is {state}, not approved")]
+pub struct NotApproved {
+    pub id: String,
+    pub state: String,
+}
+
+pub const EXIT_NOT_APPROVED: u8 = 3;
+
+fn require_approved(proposal: &countersign_proto::v1::Proposal) -> anyhow::Result<()> {
+    if proposal.state == countersign_proto::v1::ProposalState::Approved as i32 {
+        Ok(())
+    } else {
+        Err(NotApproved {
+            id: proposal.id.clone(),
+            state: output::state_name(proposal.state),
+        }
+        .into())
+    }
+}
+
+async fn await_decision(
+    client: &mut ProposalServiceClient<InterceptedService<Channel, BearerAuth>>,
+    id: String,
+    timeout: std::time::Duration,
+) -> anyhow::Result<countersign_proto::v1::Proposal> {
+    let mut request = tonic::Request::new(AwaitDecisionRequest { id });
+    request.set_timeout(timeout);
+    Ok(client.await_decision(request).await?.into_inner())
 }
 
 /// Adds `authorization: Bearer <key>` to every call.
@@ -110,13 +151,16 @@ impl ClientArgs {
 pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()> {
     let mut client = conn.proposals().await?;
     match command {
-        ClientCommand::Submit(spec) => {
-            let spec = spec.to_spec()?;
+        ClientCommand::Submit(args) => {
+            let spec = args.to_spec()?;
             let response = client
                 .submit(SubmitRequest { spec: Some(spec) })
                 .await?
                 .into_inner();
-            let proposal = response.proposal.unwrap_or_default();
+            let mut proposal = response.proposal.unwrap_or_default();
+            if args.wait {
+                proposal = await_decision(&mut client, proposal.id.clone(), args.timeout).await?;
+            }
             if conn.json {
                 let mut value = output::proposal_json(&proposal);
                 value["deduplicated"] = response.deduplicated.into();
@@ -128,6 +172,14 @@ pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()
                 }
                 print!("{}", output::proposal_text(&proposal));
             }
+            if args.wait {
+                require_approved(&proposal)?;
+            }
+        }
+        ClientCommand::Await { id, timeout } => {
+            let proposal = await_decision(&mut client, id, timeout).await?;
+            print_proposal(conn, &proposal);
+            require_approved(&proposal)?;
         }
         ClientCommand::Get { id } => {
             let proposal = client

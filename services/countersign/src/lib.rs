@@ -4,6 +4,7 @@ pub mod admin;
 pub mod cli;
 pub mod client;
 pub mod output;
+pub mod reference;
 pub mod serve;
 pub mod settings;
 pub mod spec_input;

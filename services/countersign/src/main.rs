@@ -11,7 +11,11 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", countersign::output::describe_error(&error));
-            std::process::ExitCode::FAILURE
+            if error.is::<countersign::client::NotApproved>() {
+                std::process::ExitCode::from(countersign::client::EXIT_NOT_APPROVED)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

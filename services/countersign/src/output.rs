@@ -61,6 +61,12 @@ pub fn describe_error(error: &anyhow::Error) -> String {
     format!("{error:#}")
 }
 
+/// The short lowercase name of a wire enum, e.g. `cluster` for `BLAST_RADIUS_CLUSTER`.
+pub fn enum_short<E>(name: Result<&str, E>, prefix: &str) -> String {
+    name.map(|n| enum_name(n, prefix))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn enum_name(full: &str, prefix: &str) -> String {
     full.strip_prefix(prefix)
         .unwrap_or(full)

@@ -1,12 +1,29 @@
-//! `countersign serve`: migrate, bootstrap on first start, serve until SIGINT
-//! or SIGTERM.
+//! `countersign serve`: migrate, bootstrap on first start, run the API and/or
+//! the reviewers until SIGINT or SIGTERM.
 
 use countersign_api::{ApiConfig, Application, RateLimit, Timeouts};
+use countersign_reviewer::{ReviewerConfig, Reviewers};
 
-use crate::{cli::ServeArgs, output::redact_url, settings::write_admin_key};
+use crate::{
+    cli::{Role, ServeArgs},
+    output::redact_url,
+    settings::write_admin_key,
+};
+
+fn reviewer_config(args: &ServeArgs) -> ReviewerConfig {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "countersign".into());
+    ReviewerConfig {
+        name: format!("{host}-{}", std::process::id()),
+        lease: args.review_lease,
+        max_attempts: args.review_attempts,
+        review_deadline: args.review_deadline,
+        ..ReviewerConfig::with_workers(args.reviewers.unwrap_or(cores))
+    }
+}
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let store = args.store.open().await?;
+    let (store, queue) = args.store.open_backends().await?;
     tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
     if let Some(bootstrap) = store.bootstrap().await? {
         let path = write_admin_key(&args.store.data_dir, &bootstrap.key)?;
@@ -17,21 +34,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "first start: created tenant and wrote its admin key"
         );
     }
-    let config = ApiConfig {
-        listen: args.listen,
-        rate_limit: RateLimit {
-            per_second: args.rate_limit_per_second,
-            burst: args.rate_limit_burst,
-        },
-        timeouts: Timeouts {
-            default: args.request_timeout,
-            ..Timeouts::default()
-        },
-    };
-    let app = Application::build(config, store).await?;
-    // Scripts and tests read the bound address from this line.
-    println!("countersign listening on {}", app.local_addr());
-    app.run_until_stopped(shutdown_signal()).await?;
+    let reviewers = (args.role != Role::Api).then(|| {
+        let config = reviewer_config(&args);
+        tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
+        Reviewers::start(store.clone(), queue, config)
+    });
+    if args.role == Role::Worker {
+        shutdown_signal().await;
+    } else {
+        let config = ApiConfig {
+            listen: args.listen,
+            rate_limit: RateLimit {
+                per_second: args.rate_limit_per_second,
+                burst: args.rate_limit_burst,
+            },
+            timeouts: Timeouts {
+                default: args.request_timeout,
+                ..Timeouts::default()
+            },
+        };
+        let app = Application::build(config, store).await?;
+        // Scripts and tests read the bound address from this line.
+        println!("countersign listening on {}", app.local_addr());
+        app.run_until_stopped(shutdown_signal()).await?;
+    }
+    if let Some(reviewers) = reviewers {
+        reviewers.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

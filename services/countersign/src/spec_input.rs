@@ -43,6 +43,12 @@ pub struct SpecArgs {
     pub force_approve_no_sop: bool,
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Wait for the decision (exit 0 approved, 3 otherwise).
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: how long to wait.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 /// The file form of a spec: the contract's field names, enums by short name.
@@ -76,7 +82,7 @@ fn class_value(name: &str) -> anyhow::Result<i32> {
         .with_context(|| format!("unknown class `{name}` (write, destructive or read)"))
 }
 
-fn blast_radius_value(name: &str) -> anyhow::Result<i32> {
+pub fn blast_radius_value(name: &str) -> anyhow::Result<i32> {
     let upper = name.to_ascii_uppercase().replace('-', "_");
     let full = if upper.starts_with("BLAST_RADIUS_") {
         upper
@@ -90,7 +96,7 @@ fn blast_radius_value(name: &str) -> anyhow::Result<i32> {
         })
 }
 
-fn key_value(pair: &str, what: &str) -> anyhow::Result<(String, String)> {
+pub fn key_value(pair: &str, what: &str) -> anyhow::Result<(String, String)> {
     match pair.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => bail!("{what} `{pair}` must look like key=value"),

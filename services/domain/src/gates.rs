@@ -259,7 +259,7 @@ fn rollback_gate(facts: &ReviewFacts, sop: Option<&Sop>) -> (GateResult, Option<
             gate(
                 ROLLBACK,
                 true,
-                format!("rollback: {} ({})", sop.rollback_path, sop.id),
+                format!("{} ({})", sop.rollback_path, sop.id),
             ),
             Some(sop.rollback_path.clone()),
         );
@@ -270,7 +270,7 @@ fn rollback_gate(facts: &ReviewFacts, sop: Option<&Sop>) -> (GateResult, Option<
             gate(
                 ROLLBACK,
                 true,
-                format!("rollback: {plan} (the proposal's own plan, single_device)"),
+                format!("{plan} (the proposal's own plan, single_device)"),
             ),
             Some(plan.to_owned()),
         );

@@ -24,7 +24,7 @@ pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec};
 pub use reference::{Sop, Target, TargetStatus, TenantPolicy};
 pub use role::{Permission, Role};
 pub use state::ProposalState;
-pub use validation::{FieldError, validate_spec};
+pub use validation::{FieldError, validate_sop, validate_spec, validate_target};
 
 /// Milliseconds since the Unix epoch: the one clock unit stored and compared.
 pub type Millis = i64;

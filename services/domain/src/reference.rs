@@ -13,6 +13,18 @@ crate::named_enum! {
     }
 }
 
+/// What an admin puts; the store assigns the version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SopInput {
+    pub id: String,
+    pub action: String,
+    pub title: String,
+    pub covers: String,
+    pub rollback_path: String,
+    pub max_blast_radius: BlastRadius,
+    pub selector: BTreeMap<String, String>,
+}
+
 /// A standard operating procedure: which action it covers, on which targets
 /// (the selector's labels), how far it may reach and how to roll back.
 #[derive(Debug, Clone, PartialEq, Eq)]

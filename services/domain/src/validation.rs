@@ -70,17 +70,7 @@ fn depth(value: &serde_json::Value) -> usize {
 
 /// Checks every rule; the first broken one is returned, naming its field.
 pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
-    required("spec.action", &spec.action, MAX_ACTION)?;
-    if !spec
-        .action
-        .bytes()
-        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'))
-    {
-        return Err(FieldError::new(
-            "spec.action",
-            "may contain only a-z, 0-9, '_', '.' and '-'",
-        ));
-    }
+    action_ok("spec.action", &spec.action)?;
     if spec.class == OperationClass::Read {
         return Err(FieldError::new(
             "spec.class",
@@ -121,18 +111,71 @@ pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
         ));
     }
 
-    if spec.labels.len() > MAX_LABELS {
+    labels_ok("spec.labels", &spec.labels)
+}
+
+fn labels_ok(
+    field: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(), FieldError> {
+    if labels.len() > MAX_LABELS {
         return Err(FieldError::new(
-            "spec.labels",
-            format!("at most {MAX_LABELS} labels (got {})", spec.labels.len()),
+            field,
+            format!("at most {MAX_LABELS} labels (got {})", labels.len()),
         ));
     }
-    for (key, value) in &spec.labels {
-        required("spec.labels", key, MAX_LABEL_KEY)
-            .map_err(|e| FieldError::new("spec.labels", format!("label key {}", e.message)))?;
-        at_most(&format!("spec.labels[{key}]"), value, MAX_LABEL_VALUE)?;
+    for (key, value) in labels {
+        required(field, key, MAX_LABEL_KEY)
+            .map_err(|e| FieldError::new(field, format!("label key {}", e.message)))?;
+        at_most(&format!("{field}[{key}]"), value, MAX_LABEL_VALUE)?;
     }
     Ok(())
+}
+
+fn action_ok(field: &str, action: &str) -> Result<(), FieldError> {
+    required(field, action, MAX_ACTION)?;
+    if !action
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'))
+    {
+        return Err(FieldError::new(
+            field,
+            "may contain only a-z, 0-9, '_', '.' and '-'",
+        ));
+    }
+    Ok(())
+}
+
+/// SOP ids such as `SOP-007`: 1..=64 of `[A-Za-z0-9_.-]`.
+pub fn validate_sop_id(field: &str, id: &str) -> Result<(), FieldError> {
+    required(field, id, 64)?;
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    {
+        return Err(FieldError::new(
+            field,
+            "may contain only A-Z, a-z, 0-9, '_', '.' and '-'",
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_sop(sop: &crate::reference::SopInput) -> Result<(), FieldError> {
+    validate_sop_id("sop.id", &sop.id)?;
+    action_ok("sop.action", &sop.action)?;
+    required("sop.title", &sop.title, MAX_SHORT_TEXT)?;
+    at_most("sop.covers", &sop.covers, MAX_ROLLBACK_PLAN)?;
+    at_most("sop.rollback_path", &sop.rollback_path, MAX_ROLLBACK_PLAN)?;
+    labels_ok("sop.selector", &sop.selector)
+}
+
+pub fn validate_target(
+    id: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(), FieldError> {
+    required("target.id", id, MAX_TARGET)?;
+    labels_ok("target.labels", labels)
 }
 
 #[cfg(test)]

@@ -280,3 +280,93 @@ mod tests {
         }
     }
 }
+
+pub mod reference {
+    //! SOPs and targets on the wire.
+
+    use countersign_domain::{
+        BlastRadius, FieldError, Sop, Target, TargetStatus, reference::SopInput,
+    };
+
+    use super::{blast_radius_to_proto, timestamp};
+    use crate::v1;
+
+    pub fn blast_radius_from_proto(field: &str, value: i32) -> Result<BlastRadius, FieldError> {
+        match v1::BlastRadius::try_from(value) {
+            Ok(v1::BlastRadius::SingleDevice) => Ok(BlastRadius::SingleDevice),
+            Ok(v1::BlastRadius::Cluster) => Ok(BlastRadius::Cluster),
+            Ok(v1::BlastRadius::TenantWide) => Ok(BlastRadius::TenantWide),
+            Ok(v1::BlastRadius::Unspecified) => Err(FieldError::new(field, "must be set")),
+            Err(_) => Err(FieldError::new(field, "unknown value")),
+        }
+    }
+
+    pub fn status_from_proto(value: i32) -> Result<TargetStatus, FieldError> {
+        match v1::TargetStatus::try_from(value) {
+            Ok(v1::TargetStatus::Online) => Ok(TargetStatus::Online),
+            Ok(v1::TargetStatus::Offline) => Ok(TargetStatus::Offline),
+            Ok(v1::TargetStatus::RestartLoop) => Ok(TargetStatus::RestartLoop),
+            Ok(v1::TargetStatus::Maintenance) => Ok(TargetStatus::Maintenance),
+            Ok(v1::TargetStatus::Unspecified) => {
+                Err(FieldError::new("target.status", "must be set"))
+            }
+            Err(_) => Err(FieldError::new("target.status", "unknown value")),
+        }
+    }
+
+    pub fn status_to_proto(status: TargetStatus) -> v1::TargetStatus {
+        match status {
+            TargetStatus::Online => v1::TargetStatus::Online,
+            TargetStatus::Offline => v1::TargetStatus::Offline,
+            TargetStatus::RestartLoop => v1::TargetStatus::RestartLoop,
+            TargetStatus::Maintenance => v1::TargetStatus::Maintenance,
+        }
+    }
+
+    pub fn sop_input_from_proto(sop: v1::Sop) -> Result<SopInput, FieldError> {
+        Ok(SopInput {
+            max_blast_radius: blast_radius_from_proto(
+                "sop.max_blast_radius",
+                sop.max_blast_radius,
+            )?,
+            id: sop.id,
+            action: sop.action,
+            title: sop.title,
+            covers: sop.covers,
+            rollback_path: sop.rollback_path,
+            selector: sop.selector.into_iter().collect(),
+        })
+    }
+
+    pub fn sop_to_proto(sop: &Sop) -> v1::Sop {
+        v1::Sop {
+            id: sop.id.clone(),
+            action: sop.action.clone(),
+            title: sop.title.clone(),
+            covers: sop.covers.clone(),
+            rollback_path: sop.rollback_path.clone(),
+            max_blast_radius: blast_radius_to_proto(sop.max_blast_radius) as i32,
+            selector: sop
+                .selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            version: sop.version,
+            retired: sop.retired,
+            updated_at: Some(timestamp(sop.updated_at)),
+        }
+    }
+
+    pub fn target_to_proto(target: &Target) -> v1::Target {
+        v1::Target {
+            id: target.id.clone(),
+            status: status_to_proto(target.status) as i32,
+            labels: target
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            updated_at: Some(timestamp(target.updated_at)),
+        }
+    }
+}

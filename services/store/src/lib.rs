@@ -13,12 +13,12 @@ use countersign_domain::{
     Decision, Millis, Proposal, Role, Sop, Target, TargetStatus, gates::ReviewFacts,
 };
 
-pub use countersign_domain::TenantPolicy;
+pub use countersign_domain::{TenantPolicy, reference::SopInput};
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, EventKind, NewApiKey, NewProposal, OverdueReview,
-    RecordOutcome, SopInput, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
+    RecordOutcome, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -76,18 +76,6 @@ pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
     }
 }
 
-/// What an admin puts; the store assigns the version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SopInput {
-    pub id: String,
-    pub action: String,
-    pub title: String,
-    pub covers: String,
-    pub rollback_path: String,
-    pub max_blast_radius: countersign_domain::BlastRadius,
-    pub selector: std::collections::BTreeMap<String, String>,
-}
-
 /// A state change, published after it commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreEvent {

@@ -1,3 +1,5 @@
 pub mod proposal;
+pub mod reference;
 
 pub use proposal::ProposalApi;
+pub use reference::{SopApi, TargetApi};

@@ -5,8 +5,8 @@ use countersign_proto::{
     convert::{proposal_to_proto, spec_from_proto},
     to_status,
     v1::{
-        CancelProposalRequest, GetProposalRequest, Proposal, SubmitRequest, SubmitResponse,
-        proposal_service_server::ProposalService,
+        AwaitDecisionRequest, CancelProposalRequest, GetProposalRequest, Proposal, SubmitRequest,
+        SubmitResponse, proposal_service_server::ProposalService,
     },
 };
 use countersign_store::{DynStore, NewProposal, SubmitOutcome};
@@ -15,6 +15,10 @@ use tonic::{Request, Response, Status};
 use crate::context::{Caller, require_id};
 
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
+
+/// How often an await re-reads the proposal when no event arrives (a decision
+/// made by a worker in another process).
+const AWAIT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub struct ProposalApi {
     store: DynStore,
@@ -109,5 +113,46 @@ impl ProposalService for ProposalApi {
             &proposal,
             caller.principal.agent,
         )))
+    }
+
+    #[tracing::instrument(name = "api.proposal.await", skip_all)]
+    async fn await_decision(
+        &self,
+        request: Request<AwaitDecisionRequest>,
+    ) -> Result<Response<Proposal>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadProposal)?;
+        let id = request.into_inner().id;
+        require_id("id", &id)?;
+        // Subscribe before the first read, so a decision in between is not missed.
+        let mut events = self.store.subscribe();
+        loop {
+            let proposal = self
+                .store
+                .get_proposal(&caller.tenant.name, &id)
+                .await
+                .map_err(|e| to_status(&e))?
+                .ok_or_else(|| not_found(&id))?;
+            if proposal.state.is_terminal() {
+                return Ok(Response::new(proposal_to_proto(
+                    &proposal,
+                    caller.principal.agent,
+                )));
+            }
+            // Wait for an event about this proposal, or poll. The call's deadline
+            // (the timeout layer) ends the wait with DEADLINE_EXCEEDED.
+            let wait = async {
+                loop {
+                    match events.recv().await {
+                        Ok(event) if event.proposal_id == id => return,
+                        Ok(_) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await
+                        }
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(AWAIT_POLL, wait).await;
+        }
     }
 }

@@ -1,0 +1,171 @@
+//! `countersign.v1.SopService` and `countersign.v1.TargetService`: admins
+//! write, every role reads, always within the caller's tenant.
+
+use countersign_domain::{Permission, validate_sop, validate_target};
+use countersign_proto::{
+    convert::reference::{sop_input_from_proto, sop_to_proto, status_from_proto, target_to_proto},
+    to_status,
+    v1::{
+        GetSopRequest, GetTargetRequest, ListSopsRequest, ListSopsResponse, ListTargetsRequest,
+        ListTargetsResponse, PutSopRequest, PutTargetRequest, RetireSopRequest, Sop, Target,
+        sop_service_server::SopService, target_service_server::TargetService,
+    },
+};
+use countersign_store::{DynStore, StoreError};
+use tonic::{Request, Response, Status};
+
+use crate::context::{Caller, require_id};
+
+pub struct SopApi {
+    store: DynStore,
+}
+
+impl SopApi {
+    pub fn new(store: DynStore) -> Self {
+        SopApi { store }
+    }
+}
+
+fn sop_not_found(id: &str) -> Status {
+    Status::not_found(format!("SOP `{id}` not found"))
+}
+
+#[tonic::async_trait]
+impl SopService for SopApi {
+    #[tracing::instrument(name = "api.sop.put", skip_all)]
+    async fn put_sop(&self, request: Request<PutSopRequest>) -> Result<Response<Sop>, Status> {
+        let caller = Caller::authorize(&request, Permission::WriteReference)?;
+        let wire = request
+            .into_inner()
+            .sop
+            .ok_or_else(|| Status::invalid_argument("sop: must be set"))?;
+        let input = sop_input_from_proto(wire).map_err(|e| to_status(&e))?;
+        validate_sop(&input).map_err(|e| to_status(&e))?;
+        let sop = self
+            .store
+            .put_sop(&caller.tenant.name, input)
+            .await
+            .map_err(|e| to_status(&e))?;
+        tracing::info!(sop = %sop.id, version = sop.version, "SOP put");
+        Ok(Response::new(sop_to_proto(&sop)))
+    }
+
+    async fn get_sop(&self, request: Request<GetSopRequest>) -> Result<Response<Sop>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadReference)?;
+        let id = request.into_inner().id;
+        require_id("id", &id)?;
+        let sop = self
+            .store
+            .get_sop(&caller.tenant.name, &id)
+            .await
+            .map_err(|e| to_status(&e))?
+            .ok_or_else(|| sop_not_found(&id))?;
+        Ok(Response::new(sop_to_proto(&sop)))
+    }
+
+    async fn list_sops(
+        &self,
+        request: Request<ListSopsRequest>,
+    ) -> Result<Response<ListSopsResponse>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadReference)?;
+        let include_retired = request.into_inner().include_retired;
+        let sops = self
+            .store
+            .list_sops(&caller.tenant.name)
+            .await
+            .map_err(|e| to_status(&e))?;
+        Ok(Response::new(ListSopsResponse {
+            sops: sops
+                .iter()
+                .filter(|s| include_retired || !s.retired)
+                .map(sop_to_proto)
+                .collect(),
+        }))
+    }
+
+    #[tracing::instrument(name = "api.sop.retire", skip_all)]
+    async fn retire_sop(
+        &self,
+        request: Request<RetireSopRequest>,
+    ) -> Result<Response<Sop>, Status> {
+        let caller = Caller::authorize(&request, Permission::WriteReference)?;
+        let id = request.into_inner().id;
+        require_id("id", &id)?;
+        let sop = self
+            .store
+            .retire_sop(&caller.tenant.name, &id)
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound(_) => sop_not_found(&id),
+                other => to_status(&other),
+            })?;
+        tracing::info!(sop = %sop.id, version = sop.version, "SOP retired");
+        Ok(Response::new(sop_to_proto(&sop)))
+    }
+}
+
+pub struct TargetApi {
+    store: DynStore,
+}
+
+impl TargetApi {
+    pub fn new(store: DynStore) -> Self {
+        TargetApi { store }
+    }
+}
+
+#[tonic::async_trait]
+impl TargetService for TargetApi {
+    #[tracing::instrument(name = "api.target.put", skip_all)]
+    async fn put_target(
+        &self,
+        request: Request<PutTargetRequest>,
+    ) -> Result<Response<Target>, Status> {
+        let caller = Caller::authorize(&request, Permission::WriteReference)?;
+        let wire = request
+            .into_inner()
+            .target
+            .ok_or_else(|| Status::invalid_argument("target: must be set"))?;
+        let labels = wire.labels.into_iter().collect();
+        validate_target(&wire.id, &labels).map_err(|e| to_status(&e))?;
+        let status = status_from_proto(wire.status).map_err(|e| to_status(&e))?;
+        let target = self
+            .store
+            .put_target(&caller.tenant.name, &wire.id, status, labels)
+            .await
+            .map_err(|e| to_status(&e))?;
+        tracing::info!(target_id = %target.id, status = %target.status, "target put");
+        Ok(Response::new(target_to_proto(&target)))
+    }
+
+    async fn get_target(
+        &self,
+        request: Request<GetTargetRequest>,
+    ) -> Result<Response<Target>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadReference)?;
+        let id = request.into_inner().id;
+        require_id("id", &id)?;
+        let target = self
+            .store
+            .get_target(&caller.tenant.name, &id)
+            .await
+            .map_err(|e| to_status(&e))?
+            .ok_or_else(|| Status::not_found(format!("target `{id}` not found")))?;
+        Ok(Response::new(target_to_proto(&target)))
+    }
+
+    async fn list_targets(
+        &self,
+        request: Request<ListTargetsRequest>,
+    ) -> Result<Response<ListTargetsResponse>, Status> {
+        let caller = Caller::authorize(&request, Permission::ReadReference)?;
+        let targets = self
+            .store
+            .list_targets(&caller.tenant.name)
+            .await
+            .map_err(|e| to_status(&e))?;
+        Ok(Response::new(ListTargetsResponse {
+            targets: targets.iter().map(target_to_proto).collect(),
+        }))
+    }
+}
