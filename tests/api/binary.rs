@@ -100,6 +100,39 @@ fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
         "{key:?}"
     );
 
+    let admin_env = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", admin_key.as_str()),
+    ];
+    std::fs::write(
+        dir.path().join("sop.yaml"),
+        "id: SOP-007\naction: host_restart_service\ntitle: Restart a service\n\
+         rollback_path: systemctl start nginx\nmax_blast_radius: single_device\n\
+         selector:\n  env: production\n",
+    )
+    .unwrap();
+    let (ok, out, err) = countersign(dir.path(), &["sop", "put", "-f", "sop.yaml"], &admin_env);
+    assert!(
+        ok && out.contains("SOP-007") && out.contains("v1"),
+        "{out}{err}"
+    );
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &[
+            "target",
+            "put",
+            "node-01",
+            "--status",
+            "online",
+            "--label",
+            "env=production",
+            "--label",
+            "cluster=eu-1",
+        ],
+        &admin_env,
+    );
+    assert!(ok && out.contains("online"), "{out}{err}");
+
     let env = [
         ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
         ("COUNTERSIGN_API_KEY", key.as_str()),
@@ -109,6 +142,7 @@ fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
         &[
             "submit",
             "--json",
+            "--wait",
             "--action",
             "host_restart_service",
             "--class",
@@ -126,29 +160,45 @@ fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
         ],
         &env,
     );
-    assert!(ok, "{err}");
-    let submitted: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(submitted["state"], "pending");
-    assert_eq!(submitted["submitted_by"], "sre-bot");
-    assert_eq!(submitted["spec"]["parameters"]["service"], "nginx");
-    let id = submitted["id"].as_str().unwrap().to_owned();
+    assert!(ok, "{out}{err}");
+    let approved: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(approved["state"], "approved");
+    assert_eq!(approved["submitted_by"], "sre-bot");
+    assert_eq!(approved["decision"]["sop_id"], "SOP-007");
+    assert_eq!(approved["spec"]["parameters"]["service"], "nginx");
+    let id = approved["id"].as_str().unwrap().to_owned();
+
+    let output = Command::new(BIN)
+        .args([
+            "submit",
+            "--wait",
+            "--action",
+            "host_restart_service",
+            "--class",
+            "write",
+            "--target",
+            "node-77",
+            "--reason",
+            "nginx OOM",
+            "--blast-radius",
+            "single_device",
+        ])
+        .current_dir(dir.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "a rejection exits 3");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("Decision: reject") && text.contains("target node-77 is unknown"),
+        "{text}"
+    );
 
     let (ok, out, err) = countersign(dir.path(), &["get", &id], &env);
     assert!(ok, "{err}");
     assert!(
-        out.contains(&id) && out.contains("pending") && out.contains("host_restart_service"),
+        out.contains(&id) && out.contains("approved") && out.contains("Decision: approve"),
         "{out}"
-    );
-
-    let (ok, out, err) = countersign(
-        dir.path(),
-        &["cancel", &id, "--json", "--reason", "done by hand"],
-        &env,
-    );
-    assert!(ok, "{err}");
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"],
-        "cancelled"
     );
 
     let (ok, _, err) = countersign(dir.path(), &["cancel", &id], &env);

@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use countersign::client::BearerAuth;
 use countersign_api::{ApiConfig, Application};
-use countersign_domain::Role;
+use countersign_domain::{BlastRadius, Role, TargetStatus, reference::SopInput};
 use countersign_proto::{
     convert::json_to_struct,
     v1::{
@@ -12,6 +12,8 @@ use countersign_proto::{
         SubmitResponse, proposal_service_client::ProposalServiceClient,
     },
 };
+use countersign_queue::{DynQueue, EmbeddedQueue};
+use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{DynStore, NewApiKey, SqliteStore, Store};
 use tokio::sync::oneshot;
 use tonic::{
@@ -25,8 +27,12 @@ pub type Client = ProposalServiceClient<InterceptedService<Channel, BearerAuth>>
 pub struct TestApp {
     pub addr: SocketAddr,
     pub store: DynStore,
+    pub queue: DynQueue,
+    /// The database file, for tests that reach under the store (corruption).
+    pub db_path: std::path::PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
-    _dir: tempfile::TempDir,
+    reviewers: Option<Reviewers>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for TestApp {
@@ -37,18 +43,61 @@ impl Drop for TestApp {
     }
 }
 
+/// How to start a [`TestApp`].
+#[derive(Default)]
+pub struct Options {
+    pub reviewers: Option<ReviewerConfig>,
+    /// Reuse the database of an earlier app (a restart).
+    pub dir: Option<tempfile::TempDir>,
+}
+
+/// Reviewer settings for tests: fast retries and sweeps.
+pub fn test_reviewers(workers: usize) -> ReviewerConfig {
+    ReviewerConfig {
+        name: "test".into(),
+        retry_delay: std::time::Duration::from_millis(10),
+        idle_poll: std::time::Duration::from_millis(20),
+        janitor_every: std::time::Duration::from_millis(50),
+        ..ReviewerConfig::with_workers(workers)
+    }
+}
+
 impl TestApp {
+    /// The API alone: proposals stay PENDING.
     pub async fn spawn() -> TestApp {
         TestApp::spawn_with(|_| {}).await
     }
 
+    /// The API and `workers` reviewers.
+    pub async fn spawn_reviewing(workers: usize) -> TestApp {
+        TestApp::start(
+            Options {
+                reviewers: Some(test_reviewers(workers)),
+                dir: None,
+            },
+            |_| {},
+        )
+        .await
+    }
+
     /// Starts the server on `127.0.0.1:0` after `configure` adjusts its config.
     pub async fn spawn_with(configure: impl FnOnce(&mut ApiConfig)) -> TestApp {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", dir.path().join("countersign.db").display());
+        TestApp::start(Options::default(), configure).await
+    }
+
+    pub async fn start(options: Options, configure: impl FnOnce(&mut ApiConfig)) -> TestApp {
+        let dir = options
+            .dir
+            .unwrap_or_else(|| tempfile::tempdir().expect("temp dir"));
+        let db_path = dir.path().join("countersign.db");
+        let url = format!("sqlite://{}", db_path.display());
         let store = SqliteStore::connect(&url).await.expect("open store");
         store.migrate().await.expect("migrate");
+        let queue: DynQueue = Arc::new(EmbeddedQueue::new(store.writer_pool()));
         let store: DynStore = Arc::new(store);
+        let reviewers = options
+            .reviewers
+            .map(|config| Reviewers::start(store.clone(), queue.clone(), config));
         let mut config = ApiConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..ApiConfig::default()
@@ -65,8 +114,87 @@ impl TestApp {
         TestApp {
             addr,
             store,
+            queue,
+            db_path,
             shutdown: Some(tx),
-            _dir: dir,
+            reviewers,
+            dir: Some(dir),
+        }
+    }
+
+    /// Stops the server and its reviewers, handing back the data directory.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(reviewers) = self.reviewers.take() {
+            reviewers.shutdown().await;
+        }
+        self.dir.take().expect("a running app has its directory")
+    }
+
+    /// A second connection to the database, beside the store.
+    pub async fn raw_db(&self) -> sqlx::SqlitePool {
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", self.db_path.display()))
+            .await
+            .unwrap()
+    }
+
+    pub async fn await_decision(
+        &self,
+        key: &str,
+        id: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Proposal, Status> {
+        let mut request = tonic::Request::new(v1::AwaitDecisionRequest { id: id.into() });
+        request.set_timeout(timeout);
+        self.client(key)
+            .await
+            .await_decision(request)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// As [`TestApp::key`], for an agent credential.
+    pub async fn agent_key(&self, tenant: &str, role: Role) -> String {
+        self.mint(tenant, role, true).await
+    }
+
+    /// Puts SOP-007 (restart, single device, `env=production`) and an ONLINE
+    /// `node-01` in cluster `eu-1` for `tenant`.
+    pub async fn seed_reference(&self, tenant: &str) {
+        if self.store.get_tenant(tenant).await.unwrap().is_none() {
+            self.store.create_tenant(tenant).await.unwrap();
+        }
+        self.store
+            .put_sop(
+                tenant,
+                SopInput {
+                    id: "SOP-007".into(),
+                    action: "host_restart_service".into(),
+                    title: "Restart a systemd service".into(),
+                    covers: "a service that is down or leaking memory".into(),
+                    rollback_path: "systemctl start nginx".into(),
+                    max_blast_radius: BlastRadius::SingleDevice,
+                    selector: [("env".to_owned(), "production".to_owned())].into(),
+                },
+            )
+            .await
+            .unwrap();
+        for node in ["node-01", "node-02", "node-03"] {
+            self.store
+                .put_target(
+                    tenant,
+                    node,
+                    TargetStatus::Online,
+                    [
+                        ("env".to_owned(), "production".to_owned()),
+                        ("cluster".to_owned(), "eu-1".to_owned()),
+                    ]
+                    .into(),
+                )
+                .await
+                .unwrap();
         }
     }
 

@@ -8,6 +8,8 @@ mod helpers;
 mod idempotency;
 mod isolation;
 mod rate_limit;
+mod reference;
+mod review;
 mod roles;
 mod service;
 mod validation;

@@ -23,6 +23,7 @@ fn reviewer_config(args: &ServeArgs) -> ReviewerConfig {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal()?;
     let (store, queue) = args.store.open_backends().await?;
     tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
     if let Some(bootstrap) = store.bootstrap().await? {
@@ -40,7 +41,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Reviewers::start(store.clone(), queue, config)
     });
     if args.role == Role::Worker {
-        shutdown_signal().await;
+        shutdown.await;
     } else {
         let config = ApiConfig {
             listen: args.listen,
@@ -56,7 +57,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let app = Application::build(config, store).await?;
         // Scripts and tests read the bound address from this line.
         println!("countersign listening on {}", app.local_addr());
-        app.run_until_stopped(shutdown_signal()).await?;
+        app.run_until_stopped(shutdown).await?;
     }
     if let Some(reviewers) = reviewers {
         reviewers.shutdown().await;
@@ -65,27 +66,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
+/// Installs the SIGINT and SIGTERM handlers now (so a signal that arrives
+/// during start-up is not lost to the default action) and returns a future that
+/// resolves on the first of them.
+pub fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT received"),
+            _ = terminate.recv() => tracing::info!("SIGTERM received"),
         }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
-    }
+    })
 }

@@ -35,6 +35,13 @@ fn is_long_poll(path: &str) -> bool {
     path.ends_with("/AwaitDecision")
 }
 
+/// Answer this much before the caller's own deadline, so that the caller gets
+/// `DEADLINE_EXCEEDED` from us rather than a local cancellation (tonic's own
+/// deadline timers on both ends would otherwise race ours).
+fn answer_margin(asked: Duration) -> Duration {
+    (asked / 10).min(Duration::from_millis(200))
+}
+
 /// Parses a `grpc-timeout` header: up to eight digits and a unit (H M S m u n).
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
@@ -108,7 +115,7 @@ where
         } else {
             self.timeouts.default
         };
-        let limit = asked.map_or(ceiling, |asked| asked.min(ceiling));
+        let limit = asked.map_or(ceiling, |asked| (asked - answer_margin(asked)).min(ceiling));
         Box::pin(async move {
             match tokio::time::timeout(limit, inner.call(req)).await {
                 Ok(result) => result,
