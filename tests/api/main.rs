@@ -4,6 +4,8 @@
 mod auth;
 mod binary;
 mod cancel;
+mod exactly_once;
+mod fail_closed;
 mod helpers;
 mod idempotency;
 mod isolation;

@@ -104,9 +104,9 @@ fn window_text(ms: Millis) -> String {
 
 fn humanize(d: Duration) -> String {
     let secs = d.as_secs();
-    if secs >= 3600 && secs % 3600 == 0 {
+    if secs >= 3600 && secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs >= 60 && secs % 60 == 0 {
+    } else if secs >= 60 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else if secs > 0 {
         format!("{secs}s")
@@ -123,7 +123,7 @@ fn force_allowed(facts: &ReviewFacts) -> bool {
 }
 
 /// The SOPs that cover this proposal: active, same action, selector matched.
-pub fn matching_sops<'a>(facts: &'a ReviewFacts) -> Vec<&'a Sop> {
+pub fn matching_sops(facts: &ReviewFacts) -> Vec<&Sop> {
     let empty = Default::default();
     let labels = facts.target.as_ref().map_or(&empty, |t| &t.labels);
     facts

@@ -102,7 +102,7 @@ countersign_domain::named_enum! {
 pub enum BeginReview {
     /// Now REVIEWING; `started_at` is when it first entered REVIEWING.
     Reviewing {
-        proposal: Proposal,
+        proposal: Box<Proposal>,
         started_at: Millis,
     },
     /// Already terminal: nothing to review.
@@ -112,7 +112,7 @@ pub enum BeginReview {
 /// What became of a decision handed to the store.
 #[derive(Debug, Clone)]
 pub enum RecordOutcome {
-    Recorded(Proposal),
+    Recorded(Box<Proposal>),
     /// The proposal was already terminal (cancelled, decided): the late result
     /// was counted and dropped.
     Discarded(countersign_domain::ProposalState),

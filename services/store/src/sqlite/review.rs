@@ -115,7 +115,7 @@ pub async fn begin(
     tx.commit().await?;
     Ok((
         BeginReview::Reviewing {
-            proposal,
+            proposal: Box::new(proposal),
             started_at,
         },
         event,
@@ -277,10 +277,10 @@ pub async fn record(
     let proposal = proposals::fetch(&mut tx, tenant, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    if decision.outcome == DecisionOutcome::Approve {
-        if let Some(why) = recheck(&mut tx, tenant, &proposal, &decision).await? {
-            return Ok((RecordOutcome::Stale(why), None));
-        }
+    if decision.outcome == DecisionOutcome::Approve
+        && let Some(why) = recheck(&mut tx, tenant, &proposal, &decision).await?
+    {
+        return Ok((RecordOutcome::Stale(why), None));
     }
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
@@ -326,7 +326,7 @@ pub async fn record(
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
     tx.commit().await?;
-    Ok((RecordOutcome::Recorded(proposal), Some(event)))
+    Ok((RecordOutcome::Recorded(Box::new(proposal)), Some(event)))
 }
 
 pub async fn overdue(

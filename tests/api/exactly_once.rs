@@ -1,0 +1,279 @@
+//! Accepted means never lost; exactly one decision per proposal; terminal
+//! states never change (DESIGN.md invariants 3 and 4).
+
+use std::time::Duration;
+
+use countersign_domain::{
+    Role,
+    review::{self, ReviewStamp},
+};
+use countersign_proto::v1::ProposalState;
+use countersign_reviewer::Reviewers;
+use countersign_store::{BeginReview, DynStore, NewProposal, RecordOutcome, StoreEvent};
+
+use crate::helpers::{Options, TestApp, test_reviewers, valid_spec};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The terminal events of one proposal (there must be exactly one).
+fn terminal(events: &[StoreEvent]) -> usize {
+    events.iter().filter(|e| e.state.is_terminal()).count()
+}
+
+async fn decisions(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM decisions")
+        .fetch_one(&app.raw_db().await)
+        .await
+        .unwrap()
+}
+
+async fn wait_until_all_terminal(store: &DynStore, tenant: &str, ids: &[String]) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut open = 0;
+        for id in ids {
+            if !store
+                .get_proposal(tenant, id)
+                .await
+                .unwrap()
+                .unwrap()
+                .state
+                .is_terminal()
+            {
+                open += 1;
+            }
+        }
+        if open == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{open} proposals still open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decided_once() {
+    let app = TestApp::spawn().await; // no reviewers yet
+    app.seed_reference("acme").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let id = app
+        .submit(&key, valid_spec())
+        .await
+        .unwrap()
+        .proposal
+        .unwrap()
+        .id;
+
+    // A worker leases it, starts the review, and dies without a word.
+    let leases = app
+        .queue
+        .fetch("doomed", 1, Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(leases.len(), 1);
+    let begun = app.store.begin_review("acme", &id, "doomed").await.unwrap();
+    assert!(matches!(begun, BeginReview::Reviewing { .. }));
+
+    let reviewers = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(2));
+    let p = app
+        .await_decision(&key, &id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(p.state, ProposalState::Approved as i32);
+    let events = app.store.proposal_events("acme", &id).await.unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["SUBMITTED", "REVIEW_STARTED", "APPROVED"]);
+    assert_eq!(decisions(&app).await, 1);
+    // The dead worker's late ack changes nothing.
+    app.queue.ack(&leases[0]).await.unwrap();
+    reviewers.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
+    let app = TestApp::spawn_reviewing(4).await;
+    let rival = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(4));
+    app.seed_reference("acme").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut ids = Vec::new();
+    for n in 0..150 {
+        let mut spec = valid_spec();
+        spec.target = format!("node-0{}", 1 + n % 3);
+        ids.push(app.submit(&key, spec).await.unwrap().proposal.unwrap().id);
+    }
+    wait_until_all_terminal(&app.store, "acme", &ids).await;
+    for id in &ids {
+        let events = app.store.proposal_events("acme", id).await.unwrap();
+        assert_eq!(terminal(&events), 1, "{id}: {events:?}");
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| e.kind.as_str() == "REVIEW_STARTED")
+                .count(),
+            1
+        );
+    }
+    assert_eq!(decisions(&app).await, 150);
+    rival.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cancel_that_wins_the_race_discards_the_late_result() {
+    let app = TestApp::spawn().await;
+    app.seed_reference("acme").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let id = app
+        .submit(&key, valid_spec())
+        .await
+        .unwrap()
+        .proposal
+        .unwrap()
+        .id;
+    let BeginReview::Reviewing {
+        proposal,
+        started_at,
+    } = app.store.begin_review("acme", &id, "w").await.unwrap()
+    else {
+        panic!("should be reviewable")
+    };
+    let facts = app.store.review_facts(&proposal).await.unwrap();
+    let verdict = countersign_domain::gates::evaluate(&facts);
+    assert!(verdict.approves());
+
+    let cancelled = app.cancel(&key, &id).await.unwrap();
+    assert_eq!(cancelled.state, ProposalState::Cancelled as i32);
+
+    let stamp = ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: started_at + 5,
+        latency_ms: 5,
+    };
+    let late = review::decide(&verdict, &proposal.spec, stamp);
+    let outcome = app.store.record_decision("acme", &id, late).await.unwrap();
+    assert!(matches!(
+        outcome,
+        RecordOutcome::Discarded(countersign_domain::ProposalState::Cancelled)
+    ));
+    let p = app.get(&key, &id).await.unwrap();
+    assert_eq!(p.state, ProposalState::Cancelled as i32);
+    assert!(p.decision.is_none());
+    assert_eq!(decisions(&app).await, 0);
+    assert_eq!(app.store.discarded_results("acme", &id).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn cancels_racing_live_reviewers_leave_either_a_cancel_or_one_decision() {
+    let app = TestApp::spawn_reviewing(2).await;
+    app.seed_reference("acme").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let id = app
+            .submit(&key, valid_spec())
+            .await
+            .unwrap()
+            .proposal
+            .unwrap()
+            .id;
+        let _ = app.cancel(&key, &id).await; // may lose the race: FAILED_PRECONDITION
+        ids.push(id);
+    }
+    wait_until_all_terminal(&app.store, "acme", &ids).await;
+    for id in &ids {
+        let p = app.get(&key, id).await.unwrap();
+        let events = app.store.proposal_events("acme", id).await.unwrap();
+        assert_eq!(terminal(&events), 1, "{events:?}");
+        if p.state == ProposalState::Cancelled as i32 {
+            assert!(p.decision.is_none());
+        } else {
+            assert!(p.decision.is_some());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_recorded_decision_is_never_replaced() {
+    let app = TestApp::spawn_reviewing(1).await;
+    app.seed_reference("acme").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let id = app
+        .submit(&key, valid_spec())
+        .await
+        .unwrap()
+        .proposal
+        .unwrap()
+        .id;
+    let p = app
+        .await_decision(&key, &id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(p.state, ProposalState::Approved as i32);
+    let stamp = ReviewStamp {
+        reviewer: "impostor".into(),
+        decided_at: 0,
+        latency_ms: 0,
+    };
+    let second = review::failed("a second opinion", stamp);
+    let outcome = app
+        .store
+        .record_decision("acme", &id, second)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RecordOutcome::Discarded(_)));
+    assert_eq!(
+        app.get(&key, &id).await.unwrap().state,
+        ProposalState::Approved as i32
+    );
+    // And the database itself refuses to change or remove a decision.
+    let db = app.raw_db().await;
+    for sql in [
+        "UPDATE decisions SET outcome = 'reject'",
+        "DELETE FROM decisions",
+    ] {
+        let err = sqlx::query(sql).execute(&db).await.unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_once() {
+    let app = TestApp::spawn().await; // accepts, reviews nothing
+    app.seed_reference("acme").await;
+    let mut ids = Vec::new();
+    for n in 0..1000 {
+        let mut spec = countersign_proto::convert::spec_from_proto(valid_spec()).unwrap();
+        spec.target = format!("node-{n:04}");
+        let created = app
+            .store
+            .insert_proposal(NewProposal {
+                tenant: "acme".into(),
+                spec,
+                submitted_by: "bulk".into(),
+            })
+            .await
+            .unwrap();
+        ids.push(created.proposal().id.clone());
+    }
+    let dir = app.stop().await;
+
+    let app = TestApp::start(
+        Options {
+            reviewers: Some(test_reviewers(2)),
+            dir: Some(dir),
+        },
+        |_| {},
+    )
+    .await;
+    wait_until_all_terminal(&app.store, "acme", &ids).await;
+    assert_eq!(decisions(&app).await, 1000);
+    for id in &ids {
+        assert_eq!(
+            terminal(&app.store.proposal_events("acme", id).await.unwrap()),
+            1
+        );
+    }
+    assert_eq!(app.queue.depth().await.unwrap(), 0);
+}
