@@ -43,5 +43,3 @@ CREATE TABLE proposals (
 
 CREATE UNIQUE INDEX proposals_idempotency
     ON proposals (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
-CREATE INDEX proposals_by_state ON proposals (tenant, state, created_at);
-CREATE INDEX proposals_by_target ON proposals (tenant, target, created_at);

@@ -48,6 +48,9 @@ ALTER TABLE proposals ADD COLUMN review_started_at INTEGER;
 ALTER TABLE proposals ADD COLUMN decided_at INTEGER;
 CREATE INDEX proposals_open ON proposals (tenant, state, decided_at);
 CREATE INDEX proposals_reviewing ON proposals (state, review_started_at);
+-- The parallel-operation gate looks operations up by target and by blast radius.
+CREATE INDEX proposals_target_state ON proposals (tenant, target, state, decided_at);
+CREATE INDEX proposals_radius_state ON proposals (tenant, blast_radius, state, decided_at);
 
 -- The embedded queue. A row is written in the same transaction as its proposal.
 CREATE TABLE queue_entries (
@@ -103,6 +106,32 @@ CREATE TABLE events (
     created_at   INTEGER NOT NULL
 );
 CREATE INDEX events_by_tenant ON events (tenant, cursor);
+
+-- Every state change writes its event in the same transaction, whoever makes
+-- it: the database holds that invariant, not each caller.
+CREATE TRIGGER proposals_submitted AFTER INSERT ON proposals
+BEGIN
+    INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
+        VALUES (NEW.tenant, NEW.id, NEW.created_at, NEW.created_at);
+    INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+        VALUES (NEW.tenant, NEW.id, 'SUBMITTED', NEW.state, NEW.created_at);
+END;
+
+CREATE TRIGGER proposals_state_changed AFTER UPDATE OF state ON proposals
+WHEN NEW.state <> OLD.state
+BEGIN
+    INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+        VALUES (NEW.tenant, NEW.id,
+                CASE NEW.state
+                    WHEN 'pending' THEN 'REQUEUED'
+                    WHEN 'reviewing' THEN 'REVIEW_STARTED'
+                    WHEN 'approved' THEN 'APPROVED'
+                    WHEN 'rejected' THEN 'REJECTED'
+                    WHEN 'cancelled' THEN 'CANCELLED'
+                    WHEN 'timed_out' THEN 'TIMED_OUT'
+                END,
+                NEW.state, NEW.updated_at);
+END;
 
 -- Results that arrived after their proposal was already terminal, counted not applied.
 CREATE TABLE discarded_results (

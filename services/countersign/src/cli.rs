@@ -39,6 +39,8 @@ pub enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Measure the service against this machine's own limits (see BENCHMARKS.md).
+    Bench(countersign_bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCommandWithArgs),
 }
@@ -158,6 +160,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin { store, command } => crate::admin::run(&store, command).await,
+        Command::Bench(args) => countersign_bench::run(args).await.map(|_| ()),
         Command::Client(command) => {
             let (conn, command) = match command {
                 ClientCommandWithArgs::Submit { conn, spec } => (conn, ClientCommand::Submit(spec)),

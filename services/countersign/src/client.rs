@@ -4,13 +4,13 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+pub use countersign_proto::client::BearerAuth;
 use countersign_proto::v1::{
     AwaitDecisionRequest, CancelProposalRequest, GetProposalRequest, SubmitRequest,
     proposal_service_client::ProposalServiceClient,
 };
 use tonic::{
-    metadata::MetadataValue,
-    service::{Interceptor, interceptor::InterceptedService},
+    service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
 };
 
@@ -83,38 +83,6 @@ async fn await_decision(
     let mut request = tonic::Request::new(AwaitDecisionRequest { id });
     request.set_timeout(timeout);
     Ok(client.await_decision(request).await?.into_inner())
-}
-
-/// Adds `authorization: Bearer <key>` to every call.
-#[derive(Clone)]
-pub struct BearerAuth {
-    header: MetadataValue<tonic::metadata::Ascii>,
-    send: bool,
-}
-
-impl BearerAuth {
-    pub fn new(key: &str) -> anyhow::Result<Self> {
-        let header = format!("Bearer {key}")
-            .parse()
-            .context("the API key contains characters not allowed in a header")?;
-        Ok(BearerAuth { header, send: true })
-    }
-
-    /// Sends `header` verbatim as `authorization`, or nothing when `send` is
-    /// false (for tests of refused credentials).
-    pub fn raw(header: MetadataValue<tonic::metadata::Ascii>, send: bool) -> Self {
-        BearerAuth { header, send }
-    }
-}
-
-impl Interceptor for BearerAuth {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if self.send {
-            req.metadata_mut()
-                .insert("authorization", self.header.clone());
-        }
-        Ok(req)
-    }
 }
 
 impl ClientArgs {

@@ -2,6 +2,7 @@
 //! conversions to and from domain types; and the one table that maps an error
 //! kind to a gRPC code.
 
+pub mod client;
 pub mod convert;
 pub mod status;
 

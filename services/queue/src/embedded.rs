@@ -108,6 +108,32 @@ impl Queue for EmbeddedQueue {
         Ok(())
     }
 
+    async fn ack_many(&self, leases: &[Lease]) -> Result<()> {
+        // One statement per fetch batch (a batch shares its token).
+        let mut by_token: std::collections::BTreeMap<&str, Vec<i64>> = Default::default();
+        for lease in leases {
+            by_token
+                .entry(&lease.token)
+                .or_default()
+                .push(lease.entry_id);
+        }
+        for (token, ids) in by_token {
+            let ids = format!(
+                "[{}]",
+                ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+            );
+            sqlx::query(
+                "DELETE FROM queue_entries
+                 WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(token)
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
     async fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
         sqlx::query(
             "UPDATE queue_entries

@@ -51,6 +51,13 @@ pub trait Queue: Send + Sync + 'static {
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool>;
     /// Done: the entry goes.
     async fn ack(&self, lease: &Lease) -> Result<()>;
+    /// [`Queue::ack`] for many leases at once.
+    async fn ack_many(&self, leases: &[Lease]) -> Result<()> {
+        for lease in leases {
+            self.ack(lease).await?;
+        }
+        Ok(())
+    }
     /// Gives the entry back, ready again after `delay`.
     async fn release(&self, lease: &Lease, delay: Duration) -> Result<()>;
     /// Makes entries whose lease ran out ready again; returns how many.

@@ -61,7 +61,7 @@ impl Janitor {
                 )
                 .await
             {
-                Ok(RecordOutcome::Recorded(_)) => {
+                Ok(RecordOutcome::Recorded) => {
                     tracing::warn!(proposal = %review.proposal_id, "review timed out");
                     metrics::counter!("countersign_reviews_total", "outcome" => "timed_out")
                         .increment(1);

@@ -1,4 +1,4 @@
-//! One worker: lease, review, record, ack.
+//! One worker: lease a batch, review each, record the decisions, ack.
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
@@ -7,11 +7,11 @@ use std::{
 };
 
 use countersign_domain::{
-    Millis,
+    Decision, Millis, Proposal,
     review::{self, ReviewStamp},
 };
 use countersign_queue::{DynQueue, Lease};
-use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome};
+use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome, ReviewKey};
 use tokio::sync::{broadcast, watch};
 
 use crate::ReviewerConfig;
@@ -24,6 +24,7 @@ pub struct Worker {
 }
 
 /// What to do with a lease after a review attempt.
+#[derive(Debug, Clone)]
 enum Step {
     /// Decided (or nothing left to decide): ack.
     Done,
@@ -49,6 +50,13 @@ async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEve
             Err(broadcast::error::RecvError::Lagged(_)) => return,
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
+    }
+}
+
+fn key(lease: &Lease) -> ReviewKey {
+    ReviewKey {
+        tenant: lease.tenant.clone(),
+        id: lease.proposal_id.clone(),
     }
 }
 
@@ -80,42 +88,9 @@ impl Worker {
                 }
                 continue;
             }
-            for lease in leases {
-                if *stop.borrow() {
-                    // Hand back what we have not started; its lease would expire anyway.
-                    let _ = self.queue.release(&lease, Duration::ZERO).await;
-                    continue;
-                }
-                self.process(lease).await;
-            }
+            self.process(leases).await;
         }
         tracing::debug!(worker = %self.id, "reviewer stopped");
-    }
-
-    async fn process(&self, lease: Lease) {
-        let step = self.review(&lease).await;
-        let result = match step {
-            Step::Done => self.queue.ack(&lease).await,
-            Step::DeadLetter(reason) => {
-                metrics::counter!("countersign_dead_letters_total").increment(1);
-                self.queue.dead_letter(&lease, &reason).await
-            }
-            Step::Retry(why, delay) => {
-                tracing::warn!(
-                    worker = %self.id,
-                    proposal = %lease.proposal_id,
-                    attempt = lease.attempts,
-                    why,
-                    "review attempt failed; will retry"
-                );
-                metrics::counter!("countersign_review_retries_total").increment(1);
-                self.queue.release(&lease, delay).await
-            }
-        };
-        if let Err(error) = result {
-            // The lease will expire and the entry be reclaimed.
-            tracing::warn!(worker = %self.id, proposal = %lease.proposal_id, %error, "queue update failed");
-        }
     }
 
     fn stamp(&self, started_at: Millis) -> ReviewStamp {
@@ -127,90 +102,152 @@ impl Worker {
         }
     }
 
-    async fn record(&self, lease: &Lease, decision: countersign_domain::Decision) -> Step {
-        let outcome = decision.outcome;
-        match self
-            .store
-            .record_decision(&lease.tenant, &lease.proposal_id, decision)
-            .await
-        {
-            Ok(RecordOutcome::Recorded(_)) => {
-                metrics::counter!("countersign_reviews_total", "outcome" => outcome.as_str())
-                    .increment(1);
-                Step::Done
+    /// Reviews a batch: one transaction starts them, one records them.
+    #[tracing::instrument(name = "reviewer.review_batch", skip_all, fields(worker = %self.id, n = leases.len()))]
+    async fn process(&self, leases: Vec<Lease>) {
+        let mut steps: Vec<Option<Step>> = vec![None; leases.len()];
+        // (index, decision, step once recorded)
+        let mut decided: Vec<(usize, Decision, Step)> = Vec::new();
+
+        let mut fresh = Vec::new();
+        for (i, lease) in leases.iter().enumerate() {
+            if lease.attempts > self.config.max_attempts {
+                let why = format!(
+                    "{} review attempts did not complete",
+                    self.config.max_attempts
+                );
+                decided.push((
+                    i,
+                    review::failed(&why, self.stamp(now_ms())),
+                    Step::DeadLetter(why),
+                ));
+            } else {
+                fresh.push(i);
             }
-            Ok(RecordOutcome::Discarded(state)) => {
-                tracing::info!(proposal = %lease.proposal_id, %state, "late result discarded");
-                metrics::counter!("countersign_late_results_discarded_total").increment(1);
-                Step::Done
-            }
-            Ok(RecordOutcome::Stale(why)) => Step::Retry(why, Duration::ZERO),
-            Err(error) => Step::Retry(
-                format!("recording failed: {error}"),
-                self.config.retry_delay,
-            ),
         }
+
+        let keys: Vec<ReviewKey> = fresh.iter().map(|&i| key(&leases[i])).collect();
+        match self.store.begin_reviews(&keys, &self.id).await {
+            Err(error) => {
+                for &i in &fresh {
+                    steps[i] = Some(Step::Retry(
+                        format!("begin failed: {error}"),
+                        self.config.retry_delay,
+                    ));
+                }
+            }
+            Ok(begun) => {
+                let reviews = fresh.iter().zip(begun).map(|(&i, begun)| async move {
+                    match begun {
+                        BeginReview::Terminal(_) => (i, Err(Step::Done)),
+                        BeginReview::Reviewing {
+                            proposal,
+                            started_at,
+                        } => (i, self.review(&proposal, started_at).await),
+                    }
+                });
+                for (i, result) in futures::future::join_all(reviews).await {
+                    match result {
+                        Ok(decision) => decided.push((i, decision, Step::Done)),
+                        Err(step) => steps[i] = Some(step),
+                    }
+                }
+            }
+        }
+
+        if !decided.is_empty() {
+            let items = decided
+                .iter()
+                .map(|(i, d, _)| (key(&leases[*i]), d.clone()))
+                .collect();
+            match self.store.record_decisions(items).await {
+                Err(error) => {
+                    for (i, _, _) in &decided {
+                        steps[*i] = Some(Step::Retry(
+                            format!("recording failed: {error}"),
+                            self.config.retry_delay,
+                        ));
+                    }
+                }
+                Ok(outcomes) => {
+                    for ((i, decision, on_success), outcome) in decided.into_iter().zip(outcomes) {
+                        steps[i] = Some(match outcome {
+                            RecordOutcome::Recorded => {
+                                metrics::counter!("countersign_reviews_total", "outcome" => decision.outcome.as_str())
+                                    .increment(1);
+                                on_success
+                            }
+                            RecordOutcome::Discarded(state) => {
+                                tracing::info!(proposal = %leases[i].proposal_id, %state, "late result discarded");
+                                metrics::counter!("countersign_late_results_discarded_total")
+                                    .increment(1);
+                                Step::Done
+                            }
+                            RecordOutcome::Stale(why) => Step::Retry(why, Duration::ZERO),
+                        });
+                    }
+                }
+            }
+        }
+        self.settle(&leases, steps).await;
     }
 
-    #[tracing::instrument(name = "reviewer.review", skip_all, fields(worker = %self.id, tenant = %lease.tenant, proposal = %lease.proposal_id, attempt = lease.attempts))]
-    async fn review(&self, lease: &Lease) -> Step {
-        if lease.attempts > self.config.max_attempts {
-            let why = format!(
-                "{} review attempts did not complete",
-                self.config.max_attempts
-            );
-            let decision = review::failed(&why, self.stamp(now_ms()));
-            return match self.record(lease, decision).await {
-                Step::Done => Step::DeadLetter(why),
-                other => other,
-            };
-        }
-        let begun = match self
-            .store
-            .begin_review(&lease.tenant, &lease.proposal_id, &self.id)
-            .await
-        {
-            Ok(begun) => begun,
-            Err(error) => {
-                return Step::Retry(format!("begin failed: {error}"), self.config.retry_delay);
-            }
-        };
-        let (proposal, started_at) = match begun {
-            BeginReview::Terminal(_) => return Step::Done,
-            BeginReview::Reviewing {
-                proposal,
-                started_at,
-            } => (proposal, started_at),
-        };
+    /// Gathers the facts of one proposal and runs the gates. `Err` is what to
+    /// do with its lease instead of recording a decision.
+    async fn review(&self, proposal: &Proposal, started_at: Millis) -> Result<Decision, Step> {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let deadline = started_at + deadline_ms as Millis;
         if now_ms() >= deadline {
-            return self
-                .record(
-                    lease,
-                    review::timed_out(deadline_ms, self.stamp(started_at)),
-                )
-                .await;
+            return Ok(review::timed_out(deadline_ms, self.stamp(started_at)));
         }
-        let facts = match self.store.review_facts(&proposal).await {
-            Ok(facts) => facts,
-            Err(error) => {
-                return Step::Retry(
-                    format!("facts unavailable: {error}"),
-                    self.config.retry_delay,
-                );
-            }
-        };
+        let facts = self.store.review_facts(proposal).await.map_err(|error| {
+            Step::Retry(
+                format!("facts unavailable: {error}"),
+                self.config.retry_delay,
+            )
+        })?;
         let evaluator = self.config.evaluator.clone();
-        let verdict = match catch_unwind(AssertUnwindSafe(|| evaluator(&facts))) {
-            Ok(verdict) => verdict,
-            Err(_) => return Step::Retry("the review panicked".into(), self.config.retry_delay),
-        };
-        let decision = if now_ms() >= deadline {
+        let verdict = catch_unwind(AssertUnwindSafe(|| evaluator(&facts)))
+            .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
+        Ok(if now_ms() >= deadline {
             review::timed_out(deadline_ms, self.stamp(started_at))
         } else {
             review::decide(&verdict, &proposal.spec, self.stamp(started_at))
-        };
-        self.record(lease, decision).await
+        })
+    }
+
+    /// Acks, dead-letters and releases as each lease's step says.
+    async fn settle(&self, leases: &[Lease], steps: Vec<Option<Step>>) {
+        let mut done = Vec::new();
+        for (lease, step) in leases.iter().zip(steps) {
+            let result = match step.unwrap_or(Step::Retry("no step".into(), Duration::ZERO)) {
+                Step::Done => {
+                    done.push(lease.clone());
+                    Ok(())
+                }
+                Step::DeadLetter(reason) => {
+                    metrics::counter!("countersign_dead_letters_total").increment(1);
+                    self.queue.dead_letter(lease, &reason).await
+                }
+                Step::Retry(why, delay) => {
+                    tracing::warn!(
+                        worker = %self.id,
+                        proposal = %lease.proposal_id,
+                        attempt = lease.attempts,
+                        why,
+                        "review attempt failed; will retry"
+                    );
+                    metrics::counter!("countersign_review_retries_total").increment(1);
+                    self.queue.release(lease, delay).await
+                }
+            };
+            if let Err(error) = result {
+                // The lease will expire and the entry be reclaimed.
+                tracing::warn!(worker = %self.id, proposal = %lease.proposal_id, %error, "queue update failed");
+            }
+        }
+        if let Err(error) = self.queue.ack_many(&done).await {
+            tracing::warn!(worker = %self.id, %error, "ack failed; leases will expire and be reclaimed");
+        }
     }
 }

@@ -18,7 +18,7 @@ pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, EventKind, NewApiKey, NewProposal, OverdueReview,
-    RecordOutcome, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
+    RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -74,7 +74,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Moves a PENDING proposal to REVIEWING (with its event); a REVIEWING one
     /// (redelivered) stays so and keeps its first start time.
-    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview>;
+    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview> {
+        let key = ReviewKey {
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+        };
+        let mut begun = self
+            .begin_reviews(std::slice::from_ref(&key), reviewer)
+            .await?;
+        begun
+            .pop()
+            .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))
+    }
+    /// [`Store::begin_review`] for many proposals in one transaction, in order.
+    async fn begin_reviews(&self, items: &[ReviewKey], reviewer: &str) -> Result<Vec<BeginReview>>;
     /// Everything the gates look at, as of now.
     async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts>;
     /// Writes the decision, the state change and its event in one transaction,
@@ -85,7 +98,21 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         id: &str,
         decision: Decision,
-    ) -> Result<RecordOutcome>;
+    ) -> Result<RecordOutcome> {
+        let key = ReviewKey {
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+        };
+        let mut recorded = self.record_decisions(vec![(key, decision)]).await?;
+        recorded
+            .pop()
+            .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))
+    }
+    /// [`Store::record_decision`] for many in one transaction, in order.
+    async fn record_decisions(
+        &self,
+        items: Vec<(ReviewKey, Decision)>,
+    ) -> Result<Vec<RecordOutcome>>;
     /// Reviews that started before `started_before` and are still REVIEWING.
     async fn overdue_reviews(
         &self,

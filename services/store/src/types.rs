@@ -76,10 +76,13 @@ pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
     }
 }
 
-/// A state change, published after it commits.
+/// A state change, published in this process after it commits: a wake-up
+/// signal. The `events` table (written by the database in the same transaction
+/// as the change) is the record, with its cursors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreEvent {
-    pub cursor: i64,
+    /// The event's cursor where the writer knew it (always, when read back).
+    pub cursor: Option<i64>,
     pub tenant: String,
     pub proposal_id: String,
     pub kind: EventKind,
@@ -89,6 +92,8 @@ pub struct StoreEvent {
 countersign_domain::named_enum! {
     pub enum EventKind as "event kind" {
         Submitted => "SUBMITTED",
+        /// A review handed back to the queue (REVIEWING → PENDING).
+        Requeued => "REQUEUED",
         ReviewStarted => "REVIEW_STARTED",
         Approved => "APPROVED",
         Rejected => "REJECTED",
@@ -112,13 +117,20 @@ pub enum BeginReview {
 /// What became of a decision handed to the store.
 #[derive(Debug, Clone)]
 pub enum RecordOutcome {
-    Recorded(Box<Proposal>),
+    Recorded,
     /// The proposal was already terminal (cancelled, decided): the late result
     /// was counted and dropped.
     Discarded(countersign_domain::ProposalState),
     /// An approval whose facts changed before commit (the SOP was retired or
     /// changed, the target left ONLINE): review again.
     Stale(String),
+}
+
+/// One proposal of one tenant, as the reviewer names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewKey {
+    pub tenant: String,
+    pub id: String,
 }
 
 /// A proposal that has been REVIEWING for longer than its deadline.

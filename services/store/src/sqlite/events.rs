@@ -1,34 +1,25 @@
 use countersign_domain::ProposalState;
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, SqlitePool};
 
-use crate::{EventKind, Result, StoreError, StoreEvent, now_ms};
+use crate::{EventKind, Result, StoreError, StoreEvent};
 
-/// Appends an event in the caller's transaction; publish it after commit.
-pub async fn append(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    proposal_id: &str,
-    kind: EventKind,
-    state: ProposalState,
-) -> Result<StoreEvent> {
-    let cursor: i64 = sqlx::query_scalar(
-        "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
-         VALUES (?, ?, ?, ?, ?) RETURNING cursor",
-    )
-    .bind(tenant)
-    .bind(proposal_id)
-    .bind(kind.as_str())
-    .bind(state.as_str())
-    .bind(now_ms())
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(StoreEvent {
-        cursor,
+/// The signal for a change the database has just logged (by trigger).
+pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEvent {
+    let kind = match state {
+        ProposalState::Pending => EventKind::Submitted,
+        ProposalState::Reviewing => EventKind::ReviewStarted,
+        ProposalState::Approved => EventKind::Approved,
+        ProposalState::Rejected => EventKind::Rejected,
+        ProposalState::Cancelled => EventKind::Cancelled,
+        ProposalState::TimedOut => EventKind::TimedOut,
+    };
+    StoreEvent {
+        cursor: None,
         tenant: tenant.to_owned(),
         proposal_id: proposal_id.to_owned(),
         kind,
         state,
-    })
+    }
 }
 
 pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
@@ -45,7 +36,7 @@ pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Ve
             let kind: String = row.try_get("kind")?;
             let state: String = row.try_get("state")?;
             Ok(StoreEvent {
-                cursor: row.try_get("cursor")?,
+                cursor: Some(row.try_get("cursor")?),
                 tenant: row.try_get("tenant")?,
                 proposal_id: row.try_get("proposal_id")?,
                 kind: kind

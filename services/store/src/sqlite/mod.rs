@@ -3,6 +3,7 @@
 //! ever sees `SQLITE_BUSY` from another of ours); reads use a small pool.
 
 mod events;
+mod group_commit;
 mod keys;
 mod proposals;
 mod reference;
@@ -23,7 +24,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     ApiKeyRecord, BeginReview, BootstrapKey, NewApiKey, NewProposal, OverdueReview, RecordOutcome,
-    Result, SopInput, Store, StoreEvent, SubmitOutcome, Tenant, TenantPolicy,
+    Result, ReviewKey, SopInput, Store, StoreEvent, SubmitOutcome, Tenant, TenantPolicy,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -33,6 +34,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
+    submitter: group_commit::Submitter,
 }
 
 impl SqliteStore {
@@ -70,10 +72,12 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await?;
         let (events, _) = broadcast::channel(4096);
+        let submitter = group_commit::Submitter::start(writer.clone());
         Ok(SqliteStore {
             writer,
             reader,
             events,
+            submitter,
         })
     }
 }
@@ -127,7 +131,7 @@ impl Store for SqliteStore {
     }
 
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        let (outcome, event) = proposals::insert(&self.writer, new).await?;
+        let (outcome, event) = self.submitter.submit(new).await?;
         self.publish(event);
         Ok(outcome)
     }
@@ -176,25 +180,31 @@ impl Store for SqliteStore {
         reference::list_targets(&self.reader, tenant).await
     }
 
-    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview> {
-        let (outcome, event) = review::begin(&self.writer, tenant, id, reviewer).await?;
-        self.publish(event);
-        Ok(outcome)
+    async fn begin_reviews(
+        &self,
+        items: &[ReviewKey],
+        _reviewer: &str,
+    ) -> Result<Vec<BeginReview>> {
+        let (begun, events) = review::begin_many(&self.writer, items).await?;
+        for event in events {
+            self.publish(Some(event));
+        }
+        Ok(begun)
     }
 
     async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts> {
         review::facts(&self.reader, proposal).await
     }
 
-    async fn record_decision(
+    async fn record_decisions(
         &self,
-        tenant: &str,
-        id: &str,
-        decision: Decision,
-    ) -> Result<RecordOutcome> {
-        let (outcome, event) = review::record(&self.writer, tenant, id, decision).await?;
-        self.publish(event);
-        Ok(outcome)
+        items: Vec<(ReviewKey, Decision)>,
+    ) -> Result<Vec<RecordOutcome>> {
+        let (recorded, events) = review::record_many(&self.writer, items).await?;
+        for event in events {
+            self.publish(Some(event));
+        }
+        Ok(recorded)
     }
 
     async fn overdue_reviews(

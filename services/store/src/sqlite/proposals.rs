@@ -2,9 +2,9 @@ use countersign_domain::{Proposal, ProposalState};
 use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
 use super::{events, review};
-use crate::{EventKind, NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
+use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
-fn from_row(row: &SqliteRow) -> Result<Proposal> {
+pub fn from_row(row: &SqliteRow) -> Result<Proposal> {
     let id: String = row.try_get("id")?;
     let spec_json: String = row.try_get("spec_json")?;
     let spec = serde_json::from_str(&spec_json)
@@ -47,40 +47,21 @@ pub async fn fetch(
     Ok(Some(proposal))
 }
 
-#[tracing::instrument(name = "store.sqlite.insert_proposal", skip_all, fields(tenant = %new.tenant))]
+/// One statement in the common case: the row, and by trigger its queue entry
+/// and SUBMITTED event, all in the statement's own transaction.
 pub async fn insert(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     new: NewProposal,
 ) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
     let digest = new.spec.digest();
     let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
-    let mut tx = pool.begin().await?;
-    if let Some(key) = &key {
-        let earlier: Option<(String, String)> = sqlx::query_as(
-            "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
-        )
-        .bind(&new.tenant)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((id, earlier_digest)) = earlier {
-            if earlier_digest != digest {
-                return Err(StoreError::AlreadyExists(format!(
-                    "idempotency_key `{key}` was already used by proposal {id} with a different spec"
-                )));
-            }
-            let proposal = fetch(&mut tx, &new.tenant, &id)
-                .await?
-                .ok_or_else(|| StoreError::Corrupt(format!("proposal {id} vanished")))?;
-            return Ok((SubmitOutcome::Deduplicated(proposal), None));
-        }
-    }
     let id = ulid::Ulid::new().to_string();
     let now = now_ms();
-    let row = sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING *",
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&id)
     .bind(&new.tenant)
@@ -95,30 +76,42 @@ pub async fn insert(
     .bind(&new.submitted_by)
     .bind(now)
     .bind(now)
-    .fetch_one(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    let proposal = from_row(&row)?;
-    // The queue entry rides in the same transaction: OK means it will be reviewed.
-    sqlx::query(
-        "INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
-         VALUES (?, ?, ?, ?)",
+    if inserted.rows_affected() == 1 {
+        let event = events::signal(&new.tenant, &id, ProposalState::Pending);
+        let proposal = Proposal {
+            id,
+            tenant: new.tenant,
+            spec: new.spec,
+            state: ProposalState::Pending,
+            submitted_by: new.submitted_by,
+            created_at: now,
+            updated_at: now,
+            decision: None,
+            suppressed_retries: 0,
+            cancel_reason: None,
+        };
+        return Ok((SubmitOutcome::Created(proposal), Some(event)));
+    }
+    // The idempotency key was taken: the same spec is the same proposal.
+    let key = key.unwrap_or_default();
+    let (earlier_id, earlier_digest): (String, String) = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
     )
     .bind(&new.tenant)
-    .bind(&id)
-    .bind(now)
-    .bind(now)
-    .execute(&mut *tx)
+    .bind(&key)
+    .fetch_one(&mut *conn)
     .await?;
-    let event = events::append(
-        &mut tx,
-        &new.tenant,
-        &id,
-        EventKind::Submitted,
-        ProposalState::Pending,
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((SubmitOutcome::Created(proposal), Some(event)))
+    if earlier_digest != digest {
+        return Err(StoreError::AlreadyExists(format!(
+            "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
+        )));
+    }
+    let proposal = fetch(conn, &new.tenant, &earlier_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
+    Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
 
 #[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]
@@ -134,16 +127,6 @@ pub async fn cancel(
     id: &str,
     reason: &str,
 ) -> Result<(Proposal, StoreEvent)> {
-    let mut tx = pool.begin().await?;
-    let current = fetch(&mut tx, tenant, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    if !current.state.can_become(ProposalState::Cancelled) {
-        return Err(StoreError::FailedPrecondition(format!(
-            "proposal {id} is already {} and can no longer be cancelled",
-            current.state
-        )));
-    }
     let row = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', cancel_reason = ?, updated_at = ?
          WHERE tenant = ? AND id = ? AND state IN ('pending', 'reviewing') RETURNING *",
@@ -152,21 +135,21 @@ pub async fn cancel(
     .bind(now_ms())
     .bind(tenant)
     .bind(id)
-    .fetch_one(&mut *tx)
+    .fetch_optional(pool)
     .await?;
-    let proposal = from_row(&row)?;
-    sqlx::query("DELETE FROM queue_entries WHERE proposal_id = ?")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    let event = events::append(
-        &mut tx,
-        tenant,
-        id,
-        EventKind::Cancelled,
-        ProposalState::Cancelled,
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((proposal, event))
+    if let Some(row) = row {
+        let proposal = from_row(&row)?;
+        return Ok((
+            proposal,
+            events::signal(tenant, id, ProposalState::Cancelled),
+        ));
+    }
+    let mut conn = pool.acquire().await?;
+    match fetch(&mut conn, tenant, id).await? {
+        None => Err(StoreError::NotFound(format!("proposal `{id}`"))),
+        Some(current) => Err(StoreError::FailedPrecondition(format!(
+            "proposal {id} is already {} and can no longer be cancelled",
+            current.state
+        ))),
+    }
 }

@@ -9,7 +9,7 @@ use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
 use super::{events, proposals, reference, tenants};
 use crate::{
-    BeginReview, EventKind, OverdueReview, RecordOutcome, Result, StoreError, StoreEvent, now_ms,
+    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, now_ms,
 };
 
 fn corrupt(what: String) -> StoreError {
@@ -59,67 +59,77 @@ async fn state_of(
     conn: &mut SqliteConnection,
     tenant: &str,
     id: &str,
-) -> Result<(ProposalState, Option<Millis>)> {
-    let row: Option<(String, Option<Millis>)> = sqlx::query_as(
-        "SELECT state, review_started_at FROM proposals WHERE tenant = ? AND id = ?",
+) -> Result<(ProposalState, Option<Millis>, String)> {
+    let row: Option<(String, Option<Millis>, String)> = sqlx::query_as(
+        "SELECT state, review_started_at, target FROM proposals WHERE tenant = ? AND id = ?",
     )
     .bind(tenant)
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
-    let (state, started) = row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    let (state, started, target) =
+        row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
     let state = state
         .parse()
         .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
-    Ok((state, started))
+    Ok((state, started, target))
 }
 
-#[tracing::instrument(name = "store.sqlite.begin_review", skip(pool))]
-pub async fn begin(
-    pool: &SqlitePool,
+/// Moves one proposal to REVIEWING inside the caller's transaction (its event
+/// is written by trigger).
+async fn begin_in(
+    conn: &mut SqliteConnection,
     tenant: &str,
     id: &str,
-    reviewer: &str,
-) -> Result<(BeginReview, Option<StoreEvent>)> {
-    let mut tx = pool.begin().await?;
-    let (state, started) = state_of(&mut tx, tenant, id).await?;
-    let (started_at, event) = match state {
-        ProposalState::Pending => {
-            let now = now_ms();
-            sqlx::query(
-                "UPDATE proposals SET state = 'reviewing', review_started_at = ?, updated_at = ?
-                 WHERE tenant = ? AND id = ? AND state = 'pending'",
-            )
-            .bind(now)
-            .bind(now)
-            .bind(tenant)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-            let event = events::append(
-                &mut tx,
-                tenant,
-                id,
-                EventKind::ReviewStarted,
-                ProposalState::Reviewing,
-            )
-            .await?;
-            (now, Some(event))
-        }
-        ProposalState::Reviewing => (started.unwrap_or_else(now_ms), None),
-        terminal => return Ok((BeginReview::Terminal(terminal), None)),
-    };
-    let proposal = proposals::fetch(&mut tx, tenant, id)
+    now: Millis,
+    events_out: &mut Vec<StoreEvent>,
+) -> Result<BeginReview> {
+    let row = sqlx::query(
+        "UPDATE proposals SET state = 'reviewing', review_started_at = ?, updated_at = ?
+         WHERE tenant = ? AND id = ? AND state = 'pending' RETURNING *",
+    )
+    .bind(now)
+    .bind(now)
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = row {
+        events_out.push(events::signal(tenant, id, ProposalState::Reviewing));
+        return Ok(BeginReview::Reviewing {
+            proposal: Box::new(proposals::from_row(&row)?),
+            started_at: now,
+        });
+    }
+    // Not pending: redelivered while REVIEWING (keeps its first start), or terminal.
+    let (state, started, _) = state_of(conn, tenant, id).await?;
+    if state != ProposalState::Reviewing {
+        return Ok(BeginReview::Terminal(state));
+    }
+    let proposal = proposals::fetch(conn, tenant, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    Ok(BeginReview::Reviewing {
+        proposal: Box::new(proposal),
+        started_at: started.unwrap_or(now),
+    })
+}
+
+/// Starts the reviews of `items` in one transaction; answers in order.
+#[tracing::instrument(name = "store.sqlite.begin_reviews", skip_all, fields(n = items.len()))]
+pub async fn begin_many(
+    pool: &SqlitePool,
+    items: &[ReviewKey],
+) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
+    let mut tx = pool.begin().await?;
+    let now = now_ms();
+    let mut events = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(begin_in(&mut tx, &item.tenant, &item.id, now, &mut events).await?);
+    }
     tx.commit().await?;
-    Ok((
-        BeginReview::Reviewing {
-            proposal: Box::new(proposal),
-            started_at,
-        },
-        event,
-    ))
+    Ok((out, events))
 }
 
 #[tracing::instrument(name = "store.sqlite.review_facts", skip_all, fields(proposal = %proposal.id))]
@@ -138,11 +148,33 @@ pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts
     let target = reference::get_target(pool, &proposal.tenant, &proposal.spec.target).await?;
     let now = now_ms();
     let cluster = target.as_ref().and_then(|t| t.cluster()).map(str::to_owned);
+    // Each branch is one index range; the outer filter is the exact rule
+    // (the domain's `blocks` checks it once more).
     let rows = sqlx::query(
-        "SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
+        "WITH candidates (rid) AS (
+               SELECT rowid FROM proposals WHERE tenant = ?1 AND target = ?6
+                   AND state IN ('pending', 'reviewing')
+               UNION SELECT rowid FROM proposals WHERE tenant = ?1 AND target = ?6
+                   AND state = 'approved' AND decided_at >= ?4
+               UNION SELECT rowid FROM proposals WHERE tenant = ?1
+                   AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')
+               UNION SELECT rowid FROM proposals WHERE tenant = ?1
+                   AND blast_radius IN ('tenant_wide', 'cluster') AND state = 'approved'
+                   AND decided_at >= ?4
+               UNION SELECT rowid FROM proposals WHERE ?5 = 'tenant_wide' AND tenant = ?1
+                   AND state IN ('pending', 'reviewing')
+               UNION SELECT rowid FROM proposals WHERE ?5 = 'tenant_wide' AND tenant = ?1
+                   AND state = 'approved' AND decided_at >= ?4
+               UNION SELECT p2.rowid FROM targets t2 CROSS JOIN proposals p2
+                   ON p2.tenant = t2.tenant AND p2.target = t2.id
+                   WHERE ?5 = 'cluster' AND ?7 IS NOT NULL AND t2.tenant = ?1 AND t2.cluster = ?7
+                   AND (p2.state IN ('pending', 'reviewing')
+                        OR (p2.state = 'approved' AND p2.decided_at >= ?4)))
+         SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
                 t.cluster
-         FROM proposals p LEFT JOIN targets t ON t.tenant = p.tenant AND t.id = p.target
-         WHERE p.tenant = ?1 AND p.id <> ?2
+         FROM candidates c CROSS JOIN proposals p ON p.rowid = c.rid
+         LEFT JOIN targets t ON t.tenant = p.tenant AND t.id = p.target
+         WHERE p.id <> ?2
            AND ((p.state IN ('pending', 'reviewing')
                  AND (p.created_at < ?3 OR (p.created_at = ?3 AND p.id < ?2)))
                 OR (p.state = 'approved' AND p.decided_at >= ?4))
@@ -195,24 +227,29 @@ pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts
     })
 }
 
-/// Whether an approval's facts still hold at commit.
+/// Whether an approval's facts still hold at commit: the cited SOP at the same
+/// version and active, the target still ONLINE. One statement.
 async fn recheck(
     conn: &mut SqliteConnection,
     tenant: &str,
-    proposal: &Proposal,
+    target: &str,
     decision: &Decision,
 ) -> Result<Option<String>> {
-    if let (Some(sop_id), Some(version)) = (&decision.sop_id, decision.sop_version) {
-        let row: Option<(i64, bool)> =
-            sqlx::query_as("SELECT version, retired FROM sops WHERE tenant = ? AND id = ?")
-                .bind(tenant)
-                .bind(sop_id)
-                .fetch_optional(&mut *conn)
-                .await?;
-        match row {
-            Some((v, false)) if v == i64::from(version) => {}
-            Some((_, true)) => return Ok(Some(format!("{sop_id} was retired during the review"))),
-            Some((v, false)) => {
+    let sop_id = decision.sop_id.clone().unwrap_or_default();
+    let (sop, status): (Option<String>, Option<String>) = sqlx::query_as(
+        "SELECT (SELECT version || ':' || retired FROM sops WHERE tenant = ?1 AND id = ?2),
+                (SELECT status FROM targets WHERE tenant = ?1 AND id = ?3)",
+    )
+    .bind(tenant)
+    .bind(&sop_id)
+    .bind(target)
+    .fetch_one(&mut *conn)
+    .await?;
+    if let Some(version) = decision.sop_version {
+        match sop.as_deref().and_then(|s| s.split_once(':')) {
+            Some((v, "0")) if v == version.to_string() => {}
+            Some((_, "1")) => return Ok(Some(format!("{sop_id} was retired during the review"))),
+            Some((v, _)) => {
                 return Ok(Some(format!(
                     "{sop_id} changed during the review (v{version} → v{v})"
                 )));
@@ -220,38 +257,26 @@ async fn recheck(
             None => return Ok(Some(format!("{sop_id} vanished during the review"))),
         }
     }
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM targets WHERE tenant = ? AND id = ?")
-            .bind(tenant)
-            .bind(&proposal.spec.target)
-            .fetch_optional(&mut *conn)
-            .await?;
-    match status.as_deref() {
-        Some("online") => Ok(None),
-        Some(other) => Ok(Some(format!(
-            "target {} became {other} during the review",
-            proposal.spec.target
-        ))),
-        None => Ok(Some(format!(
-            "target {} vanished during the review",
-            proposal.spec.target
-        ))),
-    }
+    Ok(match status.as_deref() {
+        Some("online") => None,
+        Some(other) => Some(format!("target {target} became {other} during the review")),
+        None => Some(format!("target {target} vanished during the review")),
+    })
 }
 
-#[tracing::instrument(name = "store.sqlite.insert_decision", skip(pool, decision), fields(outcome = %decision.outcome))]
-pub async fn record(
-    pool: &SqlitePool,
+/// Records one decision inside the caller's transaction.
+async fn record_in(
+    conn: &mut SqliteConnection,
     tenant: &str,
     id: &str,
     decision: Decision,
-) -> Result<(RecordOutcome, Option<StoreEvent>)> {
-    let mut tx = pool.begin().await?;
-    let (state, _) = state_of(&mut tx, tenant, id).await?;
-    let (next, kind) = match decision.outcome {
-        DecisionOutcome::Approve => (ProposalState::Approved, EventKind::Approved),
-        DecisionOutcome::Reject => (ProposalState::Rejected, EventKind::Rejected),
-        DecisionOutcome::TimedOut => (ProposalState::TimedOut, EventKind::TimedOut),
+    events_out: &mut Vec<StoreEvent>,
+) -> Result<RecordOutcome> {
+    let (state, _, target) = state_of(conn, tenant, id).await?;
+    let next = match decision.outcome {
+        DecisionOutcome::Approve => ProposalState::Approved,
+        DecisionOutcome::Reject => ProposalState::Rejected,
+        DecisionOutcome::TimedOut => ProposalState::TimedOut,
     };
     if state.is_terminal() {
         sqlx::query(
@@ -264,23 +289,19 @@ pub async fn record(
         .bind(state.as_str())
         .bind(&decision.reviewer)
         .bind(now_ms())
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-        tx.commit().await?;
-        return Ok((RecordOutcome::Discarded(state), None));
+        return Ok(RecordOutcome::Discarded(state));
     }
     if !state.can_become(next) {
-        return Err(StoreError::FailedPrecondition(format!(
+        return Ok(RecordOutcome::Stale(format!(
             "proposal {id} is {state}; it cannot become {next}"
         )));
     }
-    let proposal = proposals::fetch(&mut tx, tenant, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
     if decision.outcome == DecisionOutcome::Approve
-        && let Some(why) = recheck(&mut tx, tenant, &proposal, &decision).await?
+        && let Some(why) = recheck(conn, tenant, &target, &decision).await?
     {
-        return Ok((RecordOutcome::Stale(why), None));
+        return Ok(RecordOutcome::Stale(why));
     }
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
@@ -302,7 +323,7 @@ pub async fn record(
     .bind(decision.decided_at)
     .bind(&decision.summary)
     .bind(decision.review_latency_ms as i64)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     let updated = sqlx::query(
         "UPDATE proposals SET state = ?, decided_at = ?, updated_at = ?
@@ -314,19 +335,31 @@ pub async fn record(
     .bind(tenant)
     .bind(id)
     .bind(state.as_str())
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     if updated.rows_affected() != 1 {
         return Err(StoreError::FailedPrecondition(format!(
             "proposal {id} changed under the decision"
         )));
     }
-    let event = events::append(&mut tx, tenant, id, kind, next).await?;
-    let proposal = proposals::fetch(&mut tx, tenant, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    events_out.push(events::signal(tenant, id, next));
+    Ok(RecordOutcome::Recorded)
+}
+
+/// Records many decisions in one transaction; answers in order.
+#[tracing::instrument(name = "store.sqlite.insert_decisions", skip_all, fields(n = items.len()))]
+pub async fn record_many(
+    pool: &SqlitePool,
+    items: Vec<(ReviewKey, Decision)>,
+) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
+    let mut tx = pool.begin().await?;
+    let mut events = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (key, decision) in items {
+        out.push(record_in(&mut tx, &key.tenant, &key.id, decision, &mut events).await?);
+    }
     tx.commit().await?;
-    Ok((RecordOutcome::Recorded(Box::new(proposal)), Some(event)))
+    Ok((out, events))
 }
 
 pub async fn overdue(

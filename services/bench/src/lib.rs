@@ -1,0 +1,82 @@
+//! `countersign bench`: drives the real server (spawned from this binary) with
+//! the generated client and prints throughput, latency percentiles, errors by
+//! code, server RSS and CPU, beside limits measured on the same machine in the
+//! same run. Results also go to a JSON file per run.
+
+mod baseline;
+mod report;
+mod scenario;
+mod server;
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Subcommand};
+
+pub use report::Report;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub scenario: Scenario,
+    /// Where the JSON result of the run is written.
+    #[arg(long, global = true, default_value = "bench-results")]
+    pub out_dir: PathBuf,
+    /// Reviewer workers in the server (default: one per core).
+    #[arg(long, global = true)]
+    pub reviewers: Option<usize>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Scenario {
+    /// Submit proposals that pass or fail gates in a set ratio and await each decision.
+    SubmitDecide(LoadArgs),
+    /// One tenant floods while another submits a trickle; the trickle's latency.
+    NoisyNeighbour(NoisyArgs),
+    /// Only the machine's baselines (SQLite single-row inserts).
+    Baseline,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Proposals to decide.
+    #[arg(long, default_value = "10000")]
+    pub proposals: u64,
+    /// Concurrent clients (closed loop: each waits for its decision before the next).
+    #[arg(long, default_value = "32")]
+    pub clients: u64,
+    /// Open loop instead: this many submissions per second, whatever the server does.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// The share of proposals built to fail a gate (an unknown target).
+    #[arg(long, default_value = "0.2")]
+    pub reject_ratio: f64,
+    /// Give up on one decision after this long.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub decision_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NoisyArgs {
+    /// Concurrent clients of the flooding tenant.
+    #[arg(long, default_value = "32")]
+    pub flood_clients: u64,
+    /// Trickle submissions per second from the quiet tenant.
+    #[arg(long, default_value = "20")]
+    pub trickle_rate: u64,
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+}
+
+/// Runs one scenario, prints its table and writes its JSON; returns the report.
+pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
+    let report = match &args.scenario {
+        Scenario::SubmitDecide(load) => scenario::submit_decide(&args, load).await?,
+        Scenario::NoisyNeighbour(noisy) => scenario::noisy_neighbour(&args, noisy).await?,
+        Scenario::Baseline => scenario::baseline_only().await?,
+    };
+    print!("{}", report.table());
+    let path = report.write_json(&args.out_dir)?;
+    println!("\nresult written to {}", path.display());
+    Ok(report)
+}

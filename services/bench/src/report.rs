@@ -1,0 +1,145 @@
+//! Figures of one run: a table for people, JSON for the record.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Percentiles {
+    /// From a histogram of microseconds.
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Percentiles {
+            count: h.len(),
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p90_ms: ms(h.value_at_quantile(0.90)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerUsage {
+    pub cpu_seconds: f64,
+    pub cpu_cores_used: f64,
+    pub rss_mib: f64,
+    pub peak_rss_mib: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    pub memory_gib: f64,
+    pub kernel: String,
+}
+
+impl Machine {
+    pub fn here() -> Machine {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kib: f64 = meminfo
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default();
+        Machine {
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
+            memory_gib: (kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub started_at: String,
+    pub machine: Machine,
+    pub params: serde_json::Value,
+    pub duration_s: f64,
+    /// Operations completed per second (decisions for submit-decide).
+    pub throughput_per_s: f64,
+    pub latencies: BTreeMap<String, Percentiles>,
+    pub outcomes: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    pub server: ServerUsage,
+    /// Limits of this machine measured in the same run.
+    pub baselines: BTreeMap<String, f64>,
+    /// Our figure over the matching baseline.
+    pub ratios: BTreeMap<String, f64>,
+}
+
+impl Report {
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "\n== {} ({} cores, {} GiB) ==\nparams      {}\nduration    {:.2} s\nthroughput  {:.0} /s\n",
+            self.scenario,
+            self.machine.cores,
+            self.machine.memory_gib,
+            self.params,
+            self.duration_s,
+            self.throughput_per_s
+        );
+        if !self.latencies.is_empty() {
+            out.push_str(&format!(
+                "\n{:<26} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+                "latency (ms)", "count", "p50", "p90", "p99", "max"
+            ));
+            for (name, p) in &self.latencies {
+                out.push_str(&format!(
+                    "{:<26} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+                    name, p.count, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms
+                ));
+            }
+        }
+        let line = |title: &str, map: &BTreeMap<String, u64>| {
+            if map.is_empty() {
+                format!("{title:<12}none\n")
+            } else {
+                let items: Vec<String> = map.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{title:<12}{}\n", items.join("  "))
+            }
+        };
+        out.push('\n');
+        out.push_str(&line("outcomes", &self.outcomes));
+        out.push_str(&line("errors", &self.errors));
+        out.push_str(&format!(
+            "server      cpu {:.1} s ({:.2} cores), rss {:.1} MiB, peak {:.1} MiB\n",
+            self.server.cpu_seconds,
+            self.server.cpu_cores_used,
+            self.server.rss_mib,
+            self.server.peak_rss_mib
+        ));
+        for (name, value) in &self.baselines {
+            out.push_str(&format!("baseline    {name} = {value:.0}\n"));
+        }
+        for (name, value) in &self.ratios {
+            out.push_str(&format!("ratio       {name} = {value:.3}\n"));
+        }
+        out
+    }
+
+    pub fn write_json(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let stamp = self.started_at.replace([':', '.'], "-");
+        let path = dir.join(format!("{}-{stamp}.json", self.scenario));
+        std::fs::write(&path, serde_json::to_string_pretty(self)?)?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,444 @@
+//! The scenarios. Each starts its own server, seeds what it needs through the
+//! API, drives load with the generated client and reports.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use countersign_proto::{
+    client::BearerAuth,
+    convert::json_to_struct,
+    v1::{
+        self, AwaitDecisionRequest, PutSopRequest, PutTargetRequest, SubmitRequest,
+        proposal_service_client::ProposalServiceClient, sop_service_client::SopServiceClient,
+        target_service_client::TargetServiceClient,
+    },
+};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio::sync::Mutex;
+use tonic::{
+    service::interceptor::InterceptedService,
+    transport::{Channel, Endpoint},
+};
+
+use crate::{
+    BenchArgs, LoadArgs, NoisyArgs, baseline,
+    report::{Machine, Percentiles, Report, ServerUsage},
+    server::{Server, Usage},
+};
+
+type Proposals = ProposalServiceClient<InterceptedService<Channel, BearerAuth>>;
+
+/// Targets seeded ONLINE; passing proposals go round-robin over them.
+const TARGET_POOL: u64 = 1024;
+const BASELINE_SPAN: Duration = Duration::from_secs(2);
+
+/// What every load task records.
+#[derive(Default)]
+struct Tally {
+    submit: Option<Histogram<u64>>,
+    decision: Option<Histogram<u64>>,
+    outcomes: BTreeMap<String, u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            submit: Some(Histogram::new(3).expect("histogram")),
+            decision: Some(Histogram::new(3).expect("histogram")),
+            ..Tally::default()
+        }
+    }
+
+    fn error(&mut self, status: &tonic::Status) {
+        *self
+            .errors
+            .entry(format!("{:?}", status.code()))
+            .or_default() += 1;
+    }
+}
+
+async fn channel(endpoint: &str) -> anyhow::Result<Channel> {
+    Ok(Endpoint::from_shared(endpoint.to_owned())?
+        .connect()
+        .await?)
+}
+
+async fn proposals(endpoint: &str, key: &str) -> anyhow::Result<Proposals> {
+    Ok(ProposalServiceClient::with_interceptor(
+        channel(endpoint).await?,
+        BearerAuth::new(key)?,
+    ))
+}
+
+/// An SOP that covers `bench_restart` everywhere, and the pool of ONLINE targets.
+async fn seed(server: &Server, tenant: &str) -> anyhow::Result<String> {
+    if tenant != "default" {
+        server.admin(&["admin", "tenant", "create", tenant])?;
+    }
+    // Approvals should not block the next proposal on the same target.
+    server.admin(&["admin", "tenant", "set", tenant, "--parallel-window", "0s"])?;
+    let admin = server.admin(&[
+        "admin", "key", "create", "--tenant", tenant, "--role", "admin",
+    ])?;
+    let key = server.admin(&[
+        "admin",
+        "key",
+        "create",
+        "--tenant",
+        tenant,
+        "--role",
+        "coordinator",
+        "--name",
+        "bench",
+    ])?;
+    let ch = channel(&server.endpoint).await?;
+    let mut sops = SopServiceClient::with_interceptor(ch.clone(), BearerAuth::new(&admin)?);
+    sops.put_sop(PutSopRequest {
+        sop: Some(v1::Sop {
+            id: "SOP-BENCH".into(),
+            action: "bench_restart".into(),
+            title: "Benchmark restart".into(),
+            rollback_path: "start it again".into(),
+            max_blast_radius: v1::BlastRadius::TenantWide as i32,
+            ..Default::default()
+        }),
+    })
+    .await?;
+    let mut targets = TargetServiceClient::with_interceptor(ch, BearerAuth::new(&admin)?);
+    for n in 0..TARGET_POOL {
+        targets
+            .put_target(PutTargetRequest {
+                target: Some(v1::Target {
+                    id: format!("bench-{n}"),
+                    status: v1::TargetStatus::Online as i32,
+                    labels: [("cluster".to_owned(), format!("c{}", n % 8))].into(),
+                    updated_at: None,
+                }),
+            })
+            .await?;
+    }
+    Ok(key)
+}
+
+fn spec(n: u64, reject: bool) -> v1::ProposalSpec {
+    v1::ProposalSpec {
+        action: "bench_restart".into(),
+        class: v1::OperationClass::Write as i32,
+        target: if reject {
+            format!("unknown-{n}")
+        } else {
+            format!("bench-{}", n % TARGET_POOL)
+        },
+        parameters: Some(json_to_struct(json!({"n": n}).as_object().expect("object"))),
+        reason: "benchmark".into(),
+        blast_radius: v1::BlastRadius::SingleDevice as i32,
+        operator: "bench".into(),
+        ..Default::default()
+    }
+}
+
+/// Whether the `n`th proposal is built to fail, spreading `ratio` evenly.
+fn is_reject(n: u64, ratio: f64) -> bool {
+    ((n + 1) as f64 * ratio).floor() > (n as f64 * ratio).floor()
+}
+
+/// Submits one proposal and waits for its decision, recording both latencies.
+async fn submit_and_await(
+    client: &mut Proposals,
+    n: u64,
+    reject: bool,
+    timeout: Duration,
+    tally: &Mutex<Tally>,
+) {
+    let started = Instant::now();
+    let submitted = client
+        .submit(SubmitRequest {
+            spec: Some(spec(n, reject)),
+        })
+        .await;
+    let submit_us = started.elapsed().as_micros() as u64;
+    let id = match submitted {
+        Ok(r) => r.into_inner().proposal.map(|p| p.id).unwrap_or_default(),
+        Err(status) => {
+            tally.lock().await.error(&status);
+            return;
+        }
+    };
+    let mut request = tonic::Request::new(AwaitDecisionRequest { id });
+    request.set_timeout(timeout);
+    let decided = client.await_decision(request).await;
+    let decision_us = started.elapsed().as_micros() as u64;
+    let mut t = tally.lock().await;
+    let _ = t
+        .submit
+        .as_mut()
+        .expect("histogram")
+        .record(submit_us.max(1));
+    match decided {
+        Ok(p) => {
+            let state = v1::ProposalState::try_from(p.into_inner().state)
+                .map(|s| {
+                    s.as_str_name()
+                        .trim_start_matches("PROPOSAL_STATE_")
+                        .to_ascii_lowercase()
+                })
+                .unwrap_or_else(|_| "unknown".into());
+            *t.outcomes.entry(state).or_default() += 1;
+            let _ = t
+                .decision
+                .as_mut()
+                .expect("histogram")
+                .record(decision_us.max(1));
+        }
+        Err(status) => t.error(&status),
+    }
+}
+
+fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
+    let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
+    ServerUsage {
+        cpu_seconds: cpu,
+        cpu_cores_used: cpu / wall.as_secs_f64().max(1e-9),
+        rss_mib: after.rss_kib as f64 / 1024.0,
+        peak_rss_mib: after.peak_rss_kib as f64 / 1024.0,
+    }
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Closed loop (N clients, one proposal in flight each) or open loop (a fixed
+/// arrival rate).
+async fn drive(
+    endpoint: &str,
+    key: &str,
+    load: &LoadArgs,
+    tally: Arc<Mutex<Tally>>,
+) -> anyhow::Result<Duration> {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    match load.rate {
+        None => {
+            for _ in 0..load.clients.max(1) {
+                let mut client = proposals(endpoint, key).await?;
+                let (next, tally, load) = (next.clone(), tally.clone(), load.clone());
+                tasks.spawn(async move {
+                    loop {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        if n >= load.proposals {
+                            break;
+                        }
+                        let reject = is_reject(n, load.reject_ratio);
+                        submit_and_await(&mut client, n, reject, load.decision_timeout, &tally)
+                            .await;
+                    }
+                });
+            }
+        }
+        Some(rate) => {
+            let mut pool = Vec::new();
+            for _ in 0..load.clients.max(1) {
+                pool.push(proposals(endpoint, key).await?);
+            }
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
+            for n in 0..load.proposals {
+                tick.tick().await;
+                let mut client = pool[(n % pool.len() as u64) as usize].clone();
+                let (tally, load) = (tally.clone(), load.clone());
+                tasks.spawn(async move {
+                    let reject = is_reject(n, load.reject_ratio);
+                    submit_and_await(&mut client, n, reject, load.decision_timeout, &tally).await;
+                });
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(started.elapsed())
+}
+
+pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
+    let started_at = now_rfc3339();
+    let sqlite = baseline::sqlite_insert_rate(BASELINE_SPAN).await?;
+    let server = Server::start(args.reviewers)?;
+    let key = seed(&server, "default").await?;
+    let tally = Arc::new(Mutex::new(Tally::new()));
+    let before = server.usage();
+    let wall = drive(&server.endpoint, &key, load, tally.clone()).await?;
+    let after = server.usage();
+    let t = tally.lock().await;
+    let decided: u64 = t.outcomes.values().sum();
+    let throughput = decided as f64 / wall.as_secs_f64();
+    Ok(Report {
+        scenario: "submit-decide".into(),
+        started_at,
+        machine: Machine::here(),
+        params: json!({
+            "proposals": load.proposals, "clients": load.clients, "rate": load.rate,
+            "reject_ratio": load.reject_ratio, "reviewers": args.reviewers,
+            "backend": "embedded (SQLite + embedded queue)",
+        }),
+        duration_s: wall.as_secs_f64(),
+        throughput_per_s: throughput,
+        latencies: BTreeMap::from([
+            (
+                "submit".to_owned(),
+                Percentiles::of(t.submit.as_ref().expect("histogram")),
+            ),
+            (
+                "submit → decision".to_owned(),
+                Percentiles::of(t.decision.as_ref().expect("histogram")),
+            ),
+        ]),
+        outcomes: t.outcomes.clone(),
+        errors: t.errors.clone(),
+        server: usage_between(before, after, wall),
+        baselines: BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]),
+        ratios: BTreeMap::from([(
+            "decisions_per_s / sqlite_inserts_per_s".to_owned(),
+            throughput / sqlite,
+        )]),
+    })
+}
+
+/// The quiet tenant's trickle, for `span`: its decision latencies.
+async fn trickle(
+    endpoint: &str,
+    key: &str,
+    rate: u64,
+    span: Duration,
+    tally: Arc<Mutex<Tally>>,
+) -> anyhow::Result<()> {
+    let client = proposals(endpoint, key).await?;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut n = 0;
+    while started.elapsed() < span {
+        tick.tick().await;
+        let (mut client, tally) = (client.clone(), tally.clone());
+        tasks.spawn(async move {
+            submit_and_await(&mut client, n, false, Duration::from_secs(60), &tally).await;
+        });
+        n += 1;
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
+    let started_at = now_rfc3339();
+    let server = Server::start(args.reviewers)?;
+    let flood_key = seed(&server, "default").await?;
+    let quiet_key = seed(&server, "quiet").await?;
+
+    // The trickle alone first: the latency it should keep.
+    let alone = Arc::new(Mutex::new(Tally::new()));
+    trickle(
+        &server.endpoint,
+        &quiet_key,
+        noisy.trickle_rate,
+        noisy.duration / 2,
+        alone.clone(),
+    )
+    .await?;
+
+    // Then the trickle while the other tenant floods.
+    let flooded = Arc::new(Mutex::new(Tally::new()));
+    let flood = Arc::new(Mutex::new(Tally::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let before = server.usage();
+    let started = Instant::now();
+    let mut flooders = tokio::task::JoinSet::new();
+    for c in 0..noisy.flood_clients.max(1) {
+        let mut client = proposals(&server.endpoint, &flood_key).await?;
+        let (stop, flood) = (stop.clone(), flood.clone());
+        flooders.spawn(async move {
+            let mut n = c * 1_000_000;
+            while !stop.load(Ordering::Relaxed) {
+                submit_and_await(&mut client, n, false, Duration::from_secs(60), &flood).await;
+                n += 1;
+            }
+        });
+    }
+    trickle(
+        &server.endpoint,
+        &quiet_key,
+        noisy.trickle_rate,
+        noisy.duration,
+        flooded.clone(),
+    )
+    .await?;
+    stop.store(true, Ordering::Relaxed);
+    while flooders.join_next().await.is_some() {}
+    let wall = started.elapsed();
+    let after = server.usage();
+
+    let (alone, flooded, flood) = (alone.lock().await, flooded.lock().await, flood.lock().await);
+    let alone_p = Percentiles::of(alone.decision.as_ref().expect("histogram"));
+    let flooded_p = Percentiles::of(flooded.decision.as_ref().expect("histogram"));
+    let flood_p = Percentiles::of(flood.decision.as_ref().expect("histogram"));
+    let mut errors = flooded.errors.clone();
+    for (k, v) in &flood.errors {
+        *errors.entry(format!("flood {k}")).or_default() += v;
+    }
+    let flood_rate = flood_p.count as f64 / wall.as_secs_f64();
+    Ok(Report {
+        scenario: "noisy-neighbour".into(),
+        started_at,
+        machine: Machine::here(),
+        params: json!({
+            "flood_clients": noisy.flood_clients, "trickle_rate": noisy.trickle_rate,
+            "duration_s": noisy.duration.as_secs_f64(), "reviewers": args.reviewers,
+        }),
+        duration_s: wall.as_secs_f64(),
+        throughput_per_s: flood_rate,
+        ratios: BTreeMap::from([
+            (
+                "trickle p50 flooded / alone".to_owned(),
+                flooded_p.p50_ms / alone_p.p50_ms.max(1e-9),
+            ),
+            (
+                "trickle p99 flooded / alone".to_owned(),
+                flooded_p.p99_ms / alone_p.p99_ms.max(1e-9),
+            ),
+        ]),
+        latencies: BTreeMap::from([
+            ("trickle alone".to_owned(), alone_p),
+            ("trickle while flooded".to_owned(), flooded_p),
+            ("flood".to_owned(), flood_p),
+        ]),
+        outcomes: flooded.outcomes.clone(),
+        errors,
+        server: usage_between(before, after, wall),
+        baselines: BTreeMap::new(),
+    })
+}
+
+pub async fn baseline_only() -> anyhow::Result<Report> {
+    let started_at = now_rfc3339();
+    let sqlite = baseline::sqlite_insert_rate(BASELINE_SPAN * 2).await?;
+    Ok(Report {
+        scenario: "baseline".into(),
+        started_at,
+        machine: Machine::here(),
+        params: json!({}),
+        duration_s: (BASELINE_SPAN * 2).as_secs_f64(),
+        throughput_per_s: sqlite,
+        latencies: BTreeMap::new(),
+        outcomes: BTreeMap::new(),
+        errors: BTreeMap::new(),
+        server: ServerUsage::default(),
+        baselines: BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]),
+        ratios: BTreeMap::new(),
+    })
+}

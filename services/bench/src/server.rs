@@ -1,0 +1,121 @@
+//! The server under test: this very binary, `serve` on a free port with a
+//! fresh data directory, observed through `/proc`.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::{Context, bail};
+
+pub struct Server {
+    child: Child,
+    pub endpoint: String,
+    pub data_dir: tempfile::TempDir,
+}
+
+/// CPU seconds (user + system) and memory of a process, from `/proc`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub cpu_seconds: f64,
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+}
+
+fn countersign(data_dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = Command::new(std::env::current_exe()?)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "countersign {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+impl Server {
+    /// Starts `countersign serve` with `reviewers` workers on a fresh data
+    /// directory (the first start creates tenant `default` and its admin key).
+    pub fn start(reviewers: Option<usize>) -> anyhow::Result<Server> {
+        let data_dir = tempfile::tempdir()?;
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args([
+                "--rate-limit-per-second",
+                "1000000",
+                "--rate-limit-burst",
+                "1000000",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .env_remove("COUNTERSIGN_DATABASE_URL")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(n) = reviewers {
+            command.args(["--reviewers", &n.to_string()]);
+        }
+        let mut child = command.spawn().context("starting countersign serve")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .strip_prefix("countersign listening on ")
+            .with_context(|| format!("unexpected first line from the server: {line:?}"))?
+            .to_owned();
+        Ok(Server {
+            child,
+            endpoint: format!("http://{addr}"),
+            data_dir,
+        })
+    }
+
+    /// Runs an admin command against the server's database.
+    pub fn admin(&self, args: &[&str]) -> anyhow::Result<String> {
+        countersign(self.data_dir.path(), args)
+    }
+
+    pub fn usage(&self) -> Usage {
+        let pid = self.child.id();
+        let ticks = 100.0; // USER_HZ on Linux
+        let cpu_seconds = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                // Fields after the `(comm)`; utime and stime are the 12th and 13th of them.
+                let rest = stat.rsplit_once(')')?.1;
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let utime: f64 = fields.get(11)?.parse().ok()?;
+                let stime: f64 = fields.get(12)?.parse().ok()?;
+                Some((utime + stime) / ticks)
+            })
+            .unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default()
+        };
+        Usage {
+            cpu_seconds,
+            rss_kib: kib("VmRSS:"),
+            peak_rss_kib: kib("VmHWM:"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
