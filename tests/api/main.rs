@@ -2,6 +2,7 @@
 //! test, driven through the generated client (and, in `binary`, the real binary).
 
 mod auth;
+mod bench;
 mod binary;
 mod cancel;
 mod exactly_once;

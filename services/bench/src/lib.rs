@@ -24,6 +24,9 @@ pub struct BenchArgs {
     /// Reviewer workers in the server (default: one per core).
     #[arg(long, global = true)]
     pub reviewers: Option<usize>,
+    /// How long to measure each baseline.
+    #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub baseline_time: Duration,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -73,7 +76,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let report = match &args.scenario {
         Scenario::SubmitDecide(load) => scenario::submit_decide(&args, load).await?,
         Scenario::NoisyNeighbour(noisy) => scenario::noisy_neighbour(&args, noisy).await?,
-        Scenario::Baseline => scenario::baseline_only().await?,
+        Scenario::Baseline => scenario::baseline_only(args.baseline_time).await?,
     };
     print!("{}", report.table());
     let path = report.write_json(&args.out_dir)?;

@@ -35,9 +35,10 @@ use crate::{
 
 type Proposals = ProposalServiceClient<InterceptedService<Channel, BearerAuth>>;
 
-/// Targets seeded ONLINE; passing proposals go round-robin over them.
-const TARGET_POOL: u64 = 1024;
-const BASELINE_SPAN: Duration = Duration::from_secs(2);
+/// At most this many targets are seeded ONLINE; passing proposals go
+/// round-robin over them (with one proposal in flight per client, no two
+/// overlap).
+const MAX_TARGETS: u64 = 1024;
 
 /// What every load task records.
 #[derive(Default)]
@@ -79,7 +80,7 @@ async fn proposals(endpoint: &str, key: &str) -> anyhow::Result<Proposals> {
 }
 
 /// An SOP that covers `bench_restart` everywhere, and the pool of ONLINE targets.
-async fn seed(server: &Server, tenant: &str) -> anyhow::Result<String> {
+async fn seed(server: &Server, tenant: &str, pool: u64) -> anyhow::Result<String> {
     if tenant != "default" {
         server.admin(&["admin", "tenant", "create", tenant])?;
     }
@@ -113,7 +114,7 @@ async fn seed(server: &Server, tenant: &str) -> anyhow::Result<String> {
     })
     .await?;
     let mut targets = TargetServiceClient::with_interceptor(ch, BearerAuth::new(&admin)?);
-    for n in 0..TARGET_POOL {
+    for n in 0..pool {
         targets
             .put_target(PutTargetRequest {
                 target: Some(v1::Target {
@@ -128,14 +129,14 @@ async fn seed(server: &Server, tenant: &str) -> anyhow::Result<String> {
     Ok(key)
 }
 
-fn spec(n: u64, reject: bool) -> v1::ProposalSpec {
+fn spec(n: u64, reject: bool, pool: u64) -> v1::ProposalSpec {
     v1::ProposalSpec {
         action: "bench_restart".into(),
         class: v1::OperationClass::Write as i32,
         target: if reject {
             format!("unknown-{n}")
         } else {
-            format!("bench-{}", n % TARGET_POOL)
+            format!("bench-{}", n % pool.max(1))
         },
         parameters: Some(json_to_struct(json!({"n": n}).as_object().expect("object"))),
         reason: "benchmark".into(),
@@ -153,15 +154,14 @@ fn is_reject(n: u64, ratio: f64) -> bool {
 /// Submits one proposal and waits for its decision, recording both latencies.
 async fn submit_and_await(
     client: &mut Proposals,
-    n: u64,
-    reject: bool,
+    (n, reject, pool): (u64, bool, u64),
     timeout: Duration,
     tally: &Mutex<Tally>,
 ) {
     let started = Instant::now();
     let submitted = client
         .submit(SubmitRequest {
-            spec: Some(spec(n, reject)),
+            spec: Some(spec(n, reject, pool)),
         })
         .await;
     let submit_us = started.elapsed().as_micros() as u64;
@@ -222,6 +222,7 @@ async fn drive(
     endpoint: &str,
     key: &str,
     load: &LoadArgs,
+    pool: u64,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<Duration> {
     let next = Arc::new(AtomicU64::new(0));
@@ -239,25 +240,31 @@ async fn drive(
                             break;
                         }
                         let reject = is_reject(n, load.reject_ratio);
-                        submit_and_await(&mut client, n, reject, load.decision_timeout, &tally)
-                            .await;
+                        let shot = (n, reject, pool);
+                        submit_and_await(&mut client, shot, load.decision_timeout, &tally).await;
                     }
                 });
             }
         }
         Some(rate) => {
-            let mut pool = Vec::new();
+            let mut clients = Vec::new();
             for _ in 0..load.clients.max(1) {
-                pool.push(proposals(endpoint, key).await?);
+                clients.push(proposals(endpoint, key).await?);
             }
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
             for n in 0..load.proposals {
                 tick.tick().await;
-                let mut client = pool[(n % pool.len() as u64) as usize].clone();
+                let mut client = clients[(n % clients.len() as u64) as usize].clone();
                 let (tally, load) = (tally.clone(), load.clone());
                 tasks.spawn(async move {
                     let reject = is_reject(n, load.reject_ratio);
-                    submit_and_await(&mut client, n, reject, load.decision_timeout, &tally).await;
+                    submit_and_await(
+                        &mut client,
+                        (n, reject, pool),
+                        load.decision_timeout,
+                        &tally,
+                    )
+                    .await;
                 });
             }
         }
@@ -268,12 +275,13 @@ async fn drive(
 
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
-    let sqlite = baseline::sqlite_insert_rate(BASELINE_SPAN).await?;
+    let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
     let server = Server::start(args.reviewers)?;
-    let key = seed(&server, "default").await?;
+    let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
+    let key = seed(&server, "default", pool).await?;
     let tally = Arc::new(Mutex::new(Tally::new()));
     let before = server.usage();
-    let wall = drive(&server.endpoint, &key, load, tally.clone()).await?;
+    let wall = drive(&server.endpoint, &key, load, pool, tally.clone()).await?;
     let after = server.usage();
     let t = tally.lock().await;
     let decided: u64 = t.outcomes.values().sum();
@@ -327,7 +335,13 @@ async fn trickle(
         tick.tick().await;
         let (mut client, tally) = (client.clone(), tally.clone());
         tasks.spawn(async move {
-            submit_and_await(&mut client, n, false, Duration::from_secs(60), &tally).await;
+            submit_and_await(
+                &mut client,
+                (n, false, MAX_TARGETS),
+                Duration::from_secs(60),
+                &tally,
+            )
+            .await;
         });
         n += 1;
     }
@@ -338,8 +352,8 @@ async fn trickle(
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let server = Server::start(args.reviewers)?;
-    let flood_key = seed(&server, "default").await?;
-    let quiet_key = seed(&server, "quiet").await?;
+    let flood_key = seed(&server, "default", MAX_TARGETS).await?;
+    let quiet_key = seed(&server, "quiet", MAX_TARGETS).await?;
 
     // The trickle alone first: the latency it should keep.
     let alone = Arc::new(Mutex::new(Tally::new()));
@@ -365,7 +379,13 @@ pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Res
         flooders.spawn(async move {
             let mut n = c * 1_000_000;
             while !stop.load(Ordering::Relaxed) {
-                submit_and_await(&mut client, n, false, Duration::from_secs(60), &flood).await;
+                submit_and_await(
+                    &mut client,
+                    (n, false, MAX_TARGETS),
+                    Duration::from_secs(60),
+                    &flood,
+                )
+                .await;
                 n += 1;
             }
         });
@@ -424,15 +444,15 @@ pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Res
     })
 }
 
-pub async fn baseline_only() -> anyhow::Result<Report> {
+pub async fn baseline_only(span: Duration) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
-    let sqlite = baseline::sqlite_insert_rate(BASELINE_SPAN * 2).await?;
+    let sqlite = baseline::sqlite_insert_rate(span).await?;
     Ok(Report {
         scenario: "baseline".into(),
         started_at,
         machine: Machine::here(),
         params: json!({}),
-        duration_s: (BASELINE_SPAN * 2).as_secs_f64(),
+        duration_s: span.as_secs_f64(),
         throughput_per_s: sqlite,
         latencies: BTreeMap::new(),
         outcomes: BTreeMap::new(),

@@ -187,6 +187,174 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
     ));
 }
 
+async fn put_online(store: &DynStore, tenant: &str, id: &str, cluster: &str) {
+    store
+        .put_target(
+            tenant,
+            id,
+            countersign_domain::TargetStatus::Online,
+            [("cluster".to_owned(), cluster.to_owned())].into(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn propose(
+    store: &DynStore,
+    tenant: &str,
+    target: &str,
+    radius: BlastRadius,
+) -> countersign_domain::Proposal {
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    let mut new = new_proposal(tenant, "");
+    new.spec.target = target.into();
+    new.spec.blast_radius = radius;
+    store.insert_proposal(new).await.unwrap().proposal().clone()
+}
+
+fn ids(facts: &countersign_domain::gates::ReviewFacts) -> std::collections::BTreeSet<String> {
+    facts.others.iter().map(|o| o.id.clone()).collect()
+}
+
+pub async fn review_facts_find_exactly_the_overlapping_earlier_operations(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    put_online(&store, "a", "n2", "c1").await;
+    put_online(&store, "a", "n3", "c2").await;
+    let single_n1 = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let cluster_n2 = propose(&store, "a", "n2", BlastRadius::Cluster).await;
+    let single_n3 = propose(&store, "a", "n3", BlastRadius::SingleDevice).await;
+    let tenant_n3 = propose(&store, "a", "n3", BlastRadius::TenantWide).await;
+    // Another tenant's operations never count.
+    put_online(&store, "b", "n2", "c1").await;
+    propose(&store, "b", "n2", BlastRadius::TenantWide).await;
+
+    let set = |ps: &[&countersign_domain::Proposal]| ps.iter().map(|p| p.id.clone()).collect();
+    let single_n2 = propose(&store, "a", "n2", BlastRadius::SingleDevice).await;
+    let facts = store.review_facts(&single_n2).await.unwrap();
+    assert_eq!(ids(&facts), set(&[&cluster_n2, &tenant_n3]));
+
+    // A cluster operation overlaps every device of its cluster, not another cluster's.
+    let subject = propose(&store, "a", "n1", BlastRadius::Cluster).await;
+    let facts = store.review_facts(&subject).await.unwrap();
+    assert_eq!(
+        ids(&facts),
+        set(&[&single_n1, &cluster_n2, &tenant_n3, &single_n2])
+    );
+
+    let subject = propose(&store, "a", "n3", BlastRadius::TenantWide).await;
+    let facts = store.review_facts(&subject).await.unwrap();
+    assert_eq!(ids(&facts).len(), 7.min(facts.others.len()));
+    assert!(ids(&facts).is_superset(&set(&[&single_n1, &cluster_n2, &single_n3, &tenant_n3])));
+    assert!(
+        facts
+            .others
+            .iter()
+            .all(|o| countersign_domain::gates::blocks(&facts, o))
+    );
+}
+
+pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    let first = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    store.begin_review("a", &first.id, "w").await.unwrap();
+    let verdict = countersign_domain::gates::Verdict {
+        gates: countersign_domain::gates::GATES
+            .iter()
+            .map(|g| countersign_domain::GateResult {
+                gate: (*g).into(),
+                passed: true,
+                detail: String::new(),
+            })
+            .collect(),
+        sop: None,
+        rollback_path: Some("undo".into()),
+    };
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: 0,
+        latency_ms: 0,
+    };
+    let mut decision = countersign_domain::review::decide(&verdict, &first.spec, stamp);
+    decision.decided_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(matches!(
+        store
+            .record_decision("a", &first.id, decision)
+            .await
+            .unwrap(),
+        countersign_store::RecordOutcome::Recorded
+    ));
+    let later = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let facts = store.review_facts(&later).await.unwrap();
+    assert_eq!(facts.others.len(), 1);
+    assert_eq!(facts.others[0].state, ProposalState::Approved);
+    assert!(countersign_domain::gates::blocks(&facts, &facts.others[0]));
+    // With no window, the approval no longer blocks.
+    store
+        .set_tenant_policy(
+            "a",
+            TenantPolicy {
+                parallel_window_ms: 0,
+                allow_force_approve_no_sop: false,
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert!(store.review_facts(&later).await.unwrap().others.is_empty());
+}
+
+pub async fn an_approval_whose_sop_was_retired_before_commit_is_stale(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    let sop = store
+        .put_sop(
+            "a",
+            countersign_store::SopInput {
+                id: "SOP-1".into(),
+                action: "host_restart_service".into(),
+                title: "t".into(),
+                covers: String::new(),
+                rollback_path: "undo".into(),
+                max_blast_radius: BlastRadius::Cluster,
+                selector: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
+    let p = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let countersign_store::BeginReview::Reviewing { proposal, .. } =
+        store.begin_review("a", &p.id, "w").await.unwrap()
+    else {
+        panic!("reviewable")
+    };
+    let facts = store.review_facts(&proposal).await.unwrap();
+    let verdict = countersign_domain::gates::evaluate(&facts);
+    assert!(verdict.approves(), "{verdict:?}");
+    assert_eq!(verdict.sop.as_ref().unwrap().version, sop.version);
+    store.retire_sop("a", "SOP-1").await.unwrap();
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: 1,
+        latency_ms: 0,
+    };
+    let decision = countersign_domain::review::decide(&verdict, &proposal.spec, stamp);
+    let outcome = store.record_decision("a", &p.id, decision).await.unwrap();
+    assert!(
+        matches!(outcome, countersign_store::RecordOutcome::Stale(ref why) if why.contains("retired")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        store.get_proposal("a", &p.id).await.unwrap().unwrap().state,
+        ProposalState::Reviewing
+    );
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -222,4 +390,7 @@ store_suite!(sqlite, crate::backends::sqlite;
     a_proposal_is_visible_only_to_its_own_tenant,
     an_idempotency_key_returns_the_same_proposal_or_conflicts,
     a_cancelled_proposal_stays_cancelled,
+    review_facts_find_exactly_the_overlapping_earlier_operations,
+    an_approval_blocks_overlapping_operations_for_the_window,
+    an_approval_whose_sop_was_retired_before_commit_is_stale,
 );

@@ -1,0 +1,54 @@
+//! A smoke run of the load generator, so the harness cannot rot. It checks
+//! that a run completes and accounts for every proposal; it asserts no timing.
+
+use std::process::Command;
+
+#[test]
+fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_countersign"))
+        .args(["bench", "--out-dir"])
+        .arg(out.path())
+        .args(["--baseline-time", "200ms", "--reviewers", "2"])
+        .args([
+            "submit-decide",
+            "--proposals",
+            "40",
+            "--clients",
+            "4",
+            "--reject-ratio",
+            "0.25",
+        ])
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("submit-decide") && stdout.contains("ratio"),
+        "{stdout}"
+    );
+    let file = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(report["scenario"], "submit-decide");
+    assert_eq!(report["outcomes"]["approved"], 30, "{report}");
+    assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+    assert!(
+        report["baselines"]["sqlite_single_row_inserts_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+}
