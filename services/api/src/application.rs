@@ -12,8 +12,7 @@ use countersign_proto::{
 };
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
+use tonic::transport::{Server, server::TcpIncoming};
 use tonic_health::{ServingStatus, server::HealthReporter};
 use tower::ServiceBuilder;
 
@@ -122,7 +121,11 @@ impl Application {
             .add_service(proposals)
             .add_service(sops)
             .add_service(targets)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), signal)
+            // Small gRPC messages must not wait for Nagle and delayed ACKs.
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(self.listener).with_nodelay(Some(true)),
+                signal,
+            )
             .await
     }
 }
