@@ -22,17 +22,23 @@ pub struct ClientArgs {
     #[arg(
         long,
         env = "COUNTERSIGN_ENDPOINT",
-        default_value = "http://127.0.0.1:50051"
+        default_value = "http://127.0.0.1:50051",
+        global = true
     )]
     pub endpoint: String,
     /// The API key (prefer the environment or a file to the command line).
-    #[arg(long, env = "COUNTERSIGN_API_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "COUNTERSIGN_API_KEY",
+        hide_env_values = true,
+        global = true
+    )]
     pub api_key: Option<String>,
     /// A file holding the API key, such as `countersign-data/admin.key`.
-    #[arg(long, env = "COUNTERSIGN_API_KEY_FILE")]
+    #[arg(long, env = "COUNTERSIGN_API_KEY_FILE", global = true)]
     pub api_key_file: Option<PathBuf>,
     /// Print JSON for scripts.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 
