@@ -194,6 +194,34 @@ fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
         "{text}"
     );
 
+    // A proposal from a file; a flag overrides the file's field.
+    std::fs::write(
+        dir.path().join("proposal.yaml"),
+        "action: host_restart_service\nclass: write\ntarget: node-01\nblast_radius: single_device\n\
+         reason: from a file\nparameters:\n  service: nginx\n  workers: 4\nlabels:\n  env: production\n",
+    )
+    .unwrap();
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &[
+            "submit",
+            "--json",
+            "-f",
+            "proposal.yaml",
+            "--reason",
+            "flag wins",
+        ],
+        &env,
+    );
+    assert!(ok, "{out}{err}");
+    let from_file: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(from_file["spec"]["reason"], "flag wins");
+    assert_eq!(from_file["spec"]["parameters"]["workers"], 4.0);
+    assert_eq!(from_file["spec"]["labels"]["env"], "production");
+    std::fs::write(dir.path().join("bad.yaml"), "action: x\nsurprise: 1\n").unwrap();
+    let (ok, _, err) = countersign(dir.path(), &["submit", "-f", "bad.yaml"], &env);
+    assert!(!ok && err.contains("surprise"), "{err}");
+
     let (ok, out, err) = countersign(dir.path(), &["get", &id], &env);
     assert!(ok, "{err}");
     assert!(
