@@ -24,8 +24,13 @@ impl Drop for Server {
 }
 
 fn serve(dir: &Path) -> Server {
+    serve_with(dir, &[])
+}
+
+fn serve_with(dir: &Path, extra: &[&str]) -> Server {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .current_dir(dir)
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env_remove("COUNTERSIGN_DATA_DIR")
@@ -324,4 +329,63 @@ fn admin_commands_manage_tenants_keys_and_policy() {
         "admin", "key", "create", "--tenant", "ghost", "--role", "admin",
     ]);
     assert!(!ok && err.contains("not found"), "{err}");
+}
+
+#[test]
+fn an_api_process_and_a_worker_process_share_the_embedded_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = serve_with(dir.path(), &["--role", "api"]);
+    let key_file = dir.path().join("countersign-data/admin.key");
+    let env = [
+        ("COUNTERSIGN_ENDPOINT", api.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY_FILE", key_file.to_str().unwrap()),
+    ];
+    let submit = [
+        "submit",
+        "--json",
+        "--action",
+        "drain",
+        "--class",
+        "write",
+        "--target",
+        "t1",
+        "--reason",
+        "r",
+        "--blast-radius",
+        "cluster",
+    ];
+    // With no worker anywhere, the proposal waits.
+    let (ok, out, err) = countersign(dir.path(), &submit, &env);
+    assert!(ok, "{err}");
+    let pending: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(pending["state"], "pending");
+    let id = pending["id"].as_str().unwrap().to_owned();
+
+    let mut worker = Command::new(BIN)
+        .args(["serve", "--role", "worker"])
+        .current_dir(dir.path())
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (_, out, err) = countersign(
+        dir.path(),
+        &["await", &id, "--json", "--timeout", "20s"],
+        &env,
+    );
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let decided: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|_| panic!("{out}{err}"));
+    assert_eq!(decided["state"], "rejected", "{decided}");
+    assert!(
+        decided["decision"]["missing_gates"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 4,
+        "{decided}"
+    );
+    drop(api);
 }
