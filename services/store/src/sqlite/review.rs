@@ -123,10 +123,46 @@ pub async fn begin_many(
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
     let mut tx = pool.begin().await?;
     let now = now_ms();
+    // The common case in one statement: every PENDING proposal of the batch.
+    let keys: Vec<[&str; 2]> = items
+        .iter()
+        .map(|k| [k.tenant.as_str(), k.id.as_str()])
+        .collect();
+    let rows = sqlx::query(
+        "UPDATE proposals SET state = 'reviewing', review_started_at = ?1, updated_at = ?1
+         FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id
+               FROM json_each(?2)) AS batch
+         WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
+           AND proposals.state = 'pending'
+         RETURNING *",
+    )
+    .bind(now)
+    .bind(serde_json::to_string(&keys).expect("keys serialize"))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut started = std::collections::HashMap::new();
+    for row in &rows {
+        let proposal = proposals::from_row(row)?;
+        started.insert((proposal.tenant.clone(), proposal.id.clone()), proposal);
+    }
     let mut events = Vec::new();
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        out.push(begin_in(&mut tx, &item.tenant, &item.id, now, &mut events).await?);
+        match started.remove(&(item.tenant.clone(), item.id.clone())) {
+            Some(proposal) => {
+                events.push(events::signal(
+                    &item.tenant,
+                    &item.id,
+                    ProposalState::Reviewing,
+                ));
+                out.push(BeginReview::Reviewing {
+                    proposal: Box::new(proposal),
+                    started_at: now,
+                });
+            }
+            // Redelivered while REVIEWING, or already terminal.
+            None => out.push(begin_in(&mut tx, &item.tenant, &item.id, now, &mut events).await?),
+        }
     }
     tx.commit().await?;
     Ok((out, events))
@@ -228,135 +264,205 @@ pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts
 }
 
 /// Whether an approval's facts still hold at commit: the cited SOP at the same
-/// version and active, the target still ONLINE. One statement.
-async fn recheck(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    target: &str,
+/// version and active (`sop` is `version:retired` as stored), the target still
+/// ONLINE. `None` when they do.
+fn stale_because(
     decision: &Decision,
-) -> Result<Option<String>> {
-    let sop_id = decision.sop_id.clone().unwrap_or_default();
-    let (sop, status): (Option<String>, Option<String>) = sqlx::query_as(
-        "SELECT (SELECT version || ':' || retired FROM sops WHERE tenant = ?1 AND id = ?2),
-                (SELECT status FROM targets WHERE tenant = ?1 AND id = ?3)",
-    )
-    .bind(tenant)
-    .bind(&sop_id)
-    .bind(target)
-    .fetch_one(&mut *conn)
-    .await?;
+    target: &str,
+    sop: Option<&str>,
+    status: Option<&str>,
+) -> Option<String> {
+    let sop_id = decision.sop_id.as_deref().unwrap_or_default();
     if let Some(version) = decision.sop_version {
-        match sop.as_deref().and_then(|s| s.split_once(':')) {
+        match sop.and_then(|s| s.split_once(':')) {
             Some((v, "0")) if v == version.to_string() => {}
-            Some((_, "1")) => return Ok(Some(format!("{sop_id} was retired during the review"))),
+            Some((_, "1")) => return Some(format!("{sop_id} was retired during the review")),
             Some((v, _)) => {
-                return Ok(Some(format!(
+                return Some(format!(
                     "{sop_id} changed during the review (v{version} → v{v})"
-                )));
+                ));
             }
-            None => return Ok(Some(format!("{sop_id} vanished during the review"))),
+            None => return Some(format!("{sop_id} vanished during the review")),
         }
     }
-    Ok(match status.as_deref() {
+    match status {
         Some("online") => None,
         Some(other) => Some(format!("target {target} became {other} during the review")),
         None => Some(format!("target {target} vanished during the review")),
-    })
+    }
 }
 
-/// Records one decision inside the caller's transaction.
-async fn record_in(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    id: &str,
-    decision: Decision,
-    events_out: &mut Vec<StoreEvent>,
-) -> Result<RecordOutcome> {
-    let (state, _, target) = state_of(conn, tenant, id).await?;
-    let next = match decision.outcome {
-        DecisionOutcome::Approve => ProposalState::Approved,
-        DecisionOutcome::Reject => ProposalState::Rejected,
-        DecisionOutcome::TimedOut => ProposalState::TimedOut,
-    };
-    if state.is_terminal() {
-        sqlx::query(
-            "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(tenant)
-        .bind(id)
-        .bind(decision.outcome.as_str())
-        .bind(state.as_str())
-        .bind(&decision.reviewer)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
-        return Ok(RecordOutcome::Discarded(state));
-    }
-    if !state.can_become(next) {
-        return Ok(RecordOutcome::Stale(format!(
-            "proposal {id} is {state}; it cannot become {next}"
-        )));
-    }
-    if decision.outcome == DecisionOutcome::Approve
-        && let Some(why) = recheck(conn, tenant, &target, &decision).await?
-    {
-        return Ok(RecordOutcome::Stale(why));
-    }
-    sqlx::query(
-        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-             sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-             summary, review_latency_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(id)
-    .bind(tenant)
-    .bind(decision.outcome.as_str())
-    .bind(&decision.reason)
-    .bind(&decision.agent_message)
-    .bind(&decision.sop_id)
-    .bind(decision.sop_version.map(i64::from))
-    .bind(&decision.rollback_path)
-    .bind(serde_json::to_string(&decision.gates).expect("gates serialize"))
-    .bind(serde_json::to_string(&decision.missing_gates).expect("names serialize"))
-    .bind(&decision.reviewer)
-    .bind(decision.decided_at)
-    .bind(&decision.summary)
-    .bind(decision.review_latency_ms as i64)
-    .execute(&mut *conn)
-    .await?;
-    let updated = sqlx::query(
-        "UPDATE proposals SET state = ?, decided_at = ?, updated_at = ?
-         WHERE tenant = ? AND id = ? AND state = ?",
-    )
-    .bind(next.as_str())
-    .bind(decision.decided_at)
-    .bind(now_ms())
-    .bind(tenant)
-    .bind(id)
-    .bind(state.as_str())
-    .execute(&mut *conn)
-    .await?;
-    if updated.rows_affected() != 1 {
-        return Err(StoreError::FailedPrecondition(format!(
-            "proposal {id} changed under the decision"
-        )));
-    }
-    events_out.push(events::signal(tenant, id, next));
-    Ok(RecordOutcome::Recorded)
-}
-
-/// Records many decisions in one transaction; answers in order.
+/// Records many decisions in one transaction, in a handful of statements
+/// whatever the batch size; answers in order. Each proposal must still be open
+/// (else the late result is logged and dropped); approvals are re-checked
+/// against the SOP and target as they are now.
 #[tracing::instrument(name = "store.sqlite.insert_decisions", skip_all, fields(n = items.len()))]
 pub async fn record_many(
     pool: &SqlitePool,
     items: Vec<(ReviewKey, Decision)>,
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
     let mut tx = pool.begin().await?;
-    let mut events = Vec::new();
+    let now = now_ms();
+    let keys: Vec<[&str; 2]> = items
+        .iter()
+        .map(|(k, _)| [k.tenant.as_str(), k.id.as_str()])
+        .collect();
+    let rows: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT p.tenant, p.id, p.state, p.target
+         FROM json_each(?1) AS j CROSS JOIN proposals AS p
+           ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')",
+    )
+    .bind(serde_json::to_string(&keys).expect("keys serialize"))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut current = std::collections::HashMap::new();
+    for (tenant, id, state, target) in rows {
+        let state: ProposalState = state
+            .parse()
+            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
+        current.insert((tenant, id), (state, target));
+    }
+
+    // Approvals: the SOP and target as they are at commit, in one statement.
+    let approvals: Vec<[String; 4]> = items
+        .iter()
+        .filter(|(_, d)| d.outcome == DecisionOutcome::Approve)
+        .filter_map(|(k, d)| {
+            let (_, target) = current.get(&(k.tenant.clone(), k.id.clone()))?;
+            Some([
+                k.tenant.clone(),
+                k.id.clone(),
+                d.sop_id.clone().unwrap_or_default(),
+                target.clone(),
+            ])
+        })
+        .collect();
+    let mut facts_now = std::collections::HashMap::new();
+    if !approvals.is_empty() {
+        let rows: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]'),
+                    (SELECT version || ':' || retired FROM sops
+                     WHERE tenant = json_extract(j.value, '$[0]') AND id = json_extract(j.value, '$[2]')),
+                    (SELECT status FROM targets
+                     WHERE tenant = json_extract(j.value, '$[0]') AND id = json_extract(j.value, '$[3]'))
+             FROM json_each(?1) AS j",
+        )
+        .bind(serde_json::to_string(&approvals).expect("rows serialize"))
+        .fetch_all(&mut *tx)
+        .await?;
+        for (tenant, id, sop, status) in rows {
+            facts_now.insert((tenant, id), (sop, status));
+        }
+    }
+
     let mut out = Vec::with_capacity(items.len());
-    for (key, decision) in items {
-        out.push(record_in(&mut tx, &key.tenant, &key.id, decision, &mut events).await?);
+    let mut writes = Vec::new();
+    let mut changes = Vec::new();
+    let mut events = Vec::new();
+    for (key, decision) in &items {
+        let id = (key.tenant.clone(), key.id.clone());
+        let Some((state, target)) = current.get(&id) else {
+            return Err(StoreError::NotFound(format!("proposal `{}`", key.id)));
+        };
+        let next = match decision.outcome {
+            DecisionOutcome::Approve => ProposalState::Approved,
+            DecisionOutcome::Reject => ProposalState::Rejected,
+            DecisionOutcome::TimedOut => ProposalState::TimedOut,
+        };
+        if state.is_terminal() {
+            sqlx::query(
+                "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
+                 VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&key.tenant)
+            .bind(&key.id)
+            .bind(decision.outcome.as_str())
+            .bind(state.as_str())
+            .bind(&decision.reviewer)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            out.push(RecordOutcome::Discarded(*state));
+            continue;
+        }
+        if !state.can_become(next) {
+            out.push(RecordOutcome::Stale(format!(
+                "proposal {} is {state}; it cannot become {next}",
+                key.id
+            )));
+            continue;
+        }
+        if decision.outcome == DecisionOutcome::Approve {
+            let (sop, status) = facts_now.get(&id).cloned().unwrap_or_default();
+            if let Some(why) = stale_because(decision, target, sop.as_deref(), status.as_deref()) {
+                out.push(RecordOutcome::Stale(why));
+                continue;
+            }
+        }
+        writes.push(serde_json::json!({
+            "proposal_id": key.id,
+            "tenant": key.tenant,
+            "outcome": decision.outcome.as_str(),
+            "reason": decision.reason,
+            "agent_message": decision.agent_message,
+            "sop_id": decision.sop_id,
+            "sop_version": decision.sop_version,
+            "rollback_path": decision.rollback_path,
+            "gates_json": serde_json::to_string(&decision.gates).expect("gates serialize"),
+            "missing_gates_json": serde_json::to_string(&decision.missing_gates).expect("names serialize"),
+            "reviewer": decision.reviewer,
+            "decided_at": decision.decided_at,
+            "summary": decision.summary,
+            "review_latency_ms": decision.review_latency_ms,
+        }));
+        changes.push(serde_json::json!([
+            key.tenant,
+            key.id,
+            state.as_str(),
+            next.as_str(),
+            decision.decided_at
+        ]));
+        events.push(events::signal(&key.tenant, &key.id, next));
+        out.push(RecordOutcome::Recorded);
+    }
+
+    if !writes.is_empty() {
+        sqlx::query(
+            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+                 summary, review_latency_ms)
+             SELECT json_extract(value, '$.proposal_id'), json_extract(value, '$.tenant'),
+                    json_extract(value, '$.outcome'), json_extract(value, '$.reason'),
+                    json_extract(value, '$.agent_message'), json_extract(value, '$.sop_id'),
+                    json_extract(value, '$.sop_version'), json_extract(value, '$.rollback_path'),
+                    json_extract(value, '$.gates_json'), json_extract(value, '$.missing_gates_json'),
+                    json_extract(value, '$.reviewer'), json_extract(value, '$.decided_at'),
+                    json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms')
+             FROM json_each(?1)",
+        )
+        .bind(serde_json::Value::Array(writes).to_string())
+        .execute(&mut *tx)
+        .await?;
+        let expected = changes.len() as u64;
+        let updated = sqlx::query(
+            "UPDATE proposals SET state = batch.next, decided_at = batch.decided_at, updated_at = ?1
+             FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id,
+                          json_extract(value, '$[2]') AS prev, json_extract(value, '$[3]') AS next,
+                          json_extract(value, '$[4]') AS decided_at
+                   FROM json_each(?2)) AS batch
+             WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
+               AND proposals.state = batch.prev",
+        )
+        .bind(now)
+        .bind(serde_json::Value::Array(changes).to_string())
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() != expected {
+            // Something moved under us: write nothing, let the reviews retry.
+            return Err(StoreError::FailedPrecondition(
+                "proposals changed under their decisions".into(),
+            ));
+        }
     }
     tx.commit().await?;
     Ok((out, events))
