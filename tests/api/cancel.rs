@@ -8,13 +8,7 @@ use crate::helpers::{TestApp, assert_code, valid_spec};
 async fn a_pending_proposal_can_be_cancelled_once() {
     let app = TestApp::spawn().await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
 
     let cancelled = app.cancel(&key, &id).await.unwrap();
     assert_eq!(cancelled.state, ProposalState::Cancelled as i32);
@@ -43,13 +37,7 @@ async fn cancel_needs_an_id_and_a_bounded_reason() {
         Code::InvalidArgument,
     );
     assert!(status.message().starts_with("id:"), "{status:?}");
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     let status = assert_code(
         client
             .cancel_proposal(CancelProposalRequest {

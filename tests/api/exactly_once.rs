@@ -59,13 +59,7 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
     let app = TestApp::spawn().await; // no reviewers yet
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
 
     // A worker leases it, starts the review, and dies without a word.
     let leases = app
@@ -102,7 +96,7 @@ async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
     for n in 0..150 {
         let mut spec = valid_spec();
         spec.target = format!("node-0{}", 1 + n % 3);
-        ids.push(app.submit(&key, spec).await.unwrap().proposal.unwrap().id);
+        ids.push(app.submit_id(&key, spec).await);
     }
     wait_until_all_terminal(&app.store, "acme", &ids).await;
     for id in &ids {
@@ -125,13 +119,7 @@ async fn a_cancel_that_wins_the_race_discards_the_late_result() {
     let app = TestApp::spawn().await;
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     let BeginReview::Reviewing {
         proposal,
         started_at,
@@ -171,13 +159,7 @@ async fn cancels_racing_live_reviewers_leave_either_a_cancel_or_one_decision() {
     let key = app.key("acme", Role::Coordinator).await;
     let mut ids = Vec::new();
     for _ in 0..40 {
-        let id = app
-            .submit(&key, valid_spec())
-            .await
-            .unwrap()
-            .proposal
-            .unwrap()
-            .id;
+        let id = app.submit_id(&key, valid_spec()).await;
         let _ = app.cancel(&key, &id).await; // may lose the race: FAILED_PRECONDITION
         ids.push(id);
     }
@@ -199,13 +181,7 @@ async fn a_recorded_decision_is_never_replaced() {
     let app = TestApp::spawn_reviewing(1).await;
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     let p = app
         .await_decision(&key, &id, Duration::from_secs(10))
         .await

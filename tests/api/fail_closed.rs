@@ -36,13 +36,7 @@ async fn app_with(
 /// Submits a proposal that every real gate would approve, and waits for it.
 async fn decide(app: &TestApp) -> countersign_proto::v1::Proposal {
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     app.await_decision(&key, &id, WAIT).await.unwrap()
 }
 

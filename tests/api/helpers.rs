@@ -251,6 +251,16 @@ impl TestApp {
             .map(|r| r.into_inner())
     }
 
+    /// Submits a spec that must be accepted, and returns the proposal's id.
+    pub async fn submit_id(&self, key: &str, spec: ProposalSpec) -> String {
+        self.submit(key, spec)
+            .await
+            .expect("submission accepted")
+            .proposal
+            .expect("a proposal")
+            .id
+    }
+
     pub async fn get(&self, key: &str, id: &str) -> Result<Proposal, Status> {
         self.client(key)
             .await

@@ -8,13 +8,7 @@ async fn another_tenants_proposal_is_not_found_exactly_like_a_missing_one() {
     let app = TestApp::spawn().await;
     let a = app.key("tenant-a", Role::Admin).await;
     let b = app.key("tenant-b", Role::Admin).await;
-    let id = app
-        .submit(&a, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&a, valid_spec()).await;
 
     let foreign_get = assert_code(app.get(&b, &id).await, Code::NotFound);
     let missing_get = assert_code(

@@ -15,13 +15,7 @@ async fn a_covered_proposal_on_an_online_target_is_approved_citing_its_sop() {
     let app = TestApp::spawn_reviewing(2).await;
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     let p = app.await_decision(&key, &id, WAIT).await.unwrap();
     assert_eq!(p.state, ProposalState::Approved as i32);
     let d = p.decision.unwrap();
@@ -67,7 +61,7 @@ async fn a_rejection_lists_every_missing_gate_with_its_reason() {
     let key = app.key("acme", Role::Coordinator).await;
     let mut spec = valid_spec();
     spec.blast_radius = v1::BlastRadius::Cluster as i32;
-    let id = app.submit(&key, spec).await.unwrap().proposal.unwrap().id;
+    let id = app.submit_id(&key, spec).await;
     let p = app.await_decision(&key, &id, WAIT).await.unwrap();
     assert_eq!(p.state, ProposalState::Rejected as i32);
     let d = p.decision.unwrap();
@@ -93,21 +87,9 @@ async fn an_overlapping_operation_is_told_to_wait_for_the_approved_one() {
     let app = TestApp::spawn_reviewing(2).await;
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
-    let first = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let first = app.submit_id(&key, valid_spec()).await;
     app.await_decision(&key, &first, WAIT).await.unwrap();
-    let second = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let second = app.submit_id(&key, valid_spec()).await;
     let d = app
         .await_decision(&key, &second, WAIT)
         .await
@@ -123,7 +105,7 @@ async fn an_overlapping_operation_is_told_to_wait_for_the_approved_one() {
     // Another device in the same cluster is a different single-device scope.
     let mut other = valid_spec();
     other.target = "node-02".into();
-    let third = app.submit(&key, other).await.unwrap().proposal.unwrap().id;
+    let third = app.submit_id(&key, other).await;
     let p = app.await_decision(&key, &third, WAIT).await.unwrap();
     assert_eq!(p.state, ProposalState::Approved as i32);
 }
@@ -133,13 +115,7 @@ async fn an_agent_credential_sees_only_the_terse_message() {
     let app = TestApp::spawn_reviewing(1).await;
     let agent = app.agent_key("acme", Role::Coordinator).await;
     let human = app.key("acme", Role::Oncall).await;
-    let id = app
-        .submit(&agent, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&agent, valid_spec()).await;
     for p in [
         app.await_decision(&agent, &id, WAIT).await.unwrap(),
         app.get(&agent, &id).await.unwrap(),
@@ -165,13 +141,7 @@ async fn an_agent_credential_sees_only_the_terse_message() {
 async fn await_ends_with_deadline_exceeded_and_the_proposal_stays_pending() {
     let app = TestApp::spawn().await; // no reviewers
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     assert_code(
         app.await_decision(&key, &id, Duration::from_millis(300))
             .await,
@@ -186,13 +156,7 @@ async fn await_ends_with_deadline_exceeded_and_the_proposal_stays_pending() {
 async fn await_of_a_cancelled_proposal_returns_it_without_a_decision() {
     let app = TestApp::spawn().await;
     let key = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&key, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, valid_spec()).await;
     let waiter = tokio::time::timeout(WAIT, app.await_decision(&key, &id, WAIT));
     let (awaited, _) = tokio::join!(waiter, async {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -211,13 +175,7 @@ async fn force_approve_no_sop_needs_the_tenants_permission() {
     let mut spec = valid_spec();
     spec.action = "clear_cache".into();
     spec.force_approve_no_sop = true;
-    let id = app
-        .submit(&key, spec.clone())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&key, spec.clone()).await;
     let d = app
         .await_decision(&key, &id, WAIT)
         .await
@@ -235,7 +193,7 @@ async fn force_approve_no_sop_needs_the_tenants_permission() {
     policy.allow_force_approve_no_sop = true;
     policy.parallel_window_ms = 0;
     app.store.set_tenant_policy("acme", policy).await.unwrap();
-    let id = app.submit(&key, spec).await.unwrap().proposal.unwrap().id;
+    let id = app.submit_id(&key, spec).await;
     let p = app.await_decision(&key, &id, WAIT).await.unwrap();
     assert_eq!(p.state, ProposalState::Approved as i32, "{:?}", p.decision);
     let d = p.decision.unwrap();

@@ -7,13 +7,7 @@ use crate::helpers::{TestApp, assert_code, valid_spec};
 async fn oncall_and_auditor_may_read_but_not_submit_or_cancel() {
     let app = TestApp::spawn().await;
     let coordinator = app.key("acme", Role::Coordinator).await;
-    let id = app
-        .submit(&coordinator, valid_spec())
-        .await
-        .unwrap()
-        .proposal
-        .unwrap()
-        .id;
+    let id = app.submit_id(&coordinator, valid_spec()).await;
     for role in [Role::Oncall, Role::Auditor] {
         let key = app.key("acme", role).await;
         let status = assert_code(app.submit(&key, valid_spec()).await, Code::PermissionDenied);
@@ -31,13 +25,7 @@ async fn coordinators_and_admins_submit_and_cancel() {
     let app = TestApp::spawn().await;
     for role in [Role::Coordinator, Role::Admin] {
         let key = app.key("acme", role).await;
-        let id = app
-            .submit(&key, valid_spec())
-            .await
-            .unwrap()
-            .proposal
-            .unwrap()
-            .id;
+        let id = app.submit_id(&key, valid_spec()).await;
         let cancelled = app.cancel(&key, &id).await.unwrap();
         assert_eq!(
             cancelled.state,

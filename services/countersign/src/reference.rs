@@ -191,22 +191,19 @@ pub async fn run_target(conn: &ClientArgs, command: TargetCommand) -> anyhow::Re
     let mut client = TargetServiceClient::with_interceptor(channel, auth);
     let targets = match command {
         TargetCommand::Put { id, status, labels } => {
-            let upper = status.to_ascii_uppercase().replace('-', "_");
-            let full = if upper.starts_with("TARGET_STATUS_") {
-                upper
-            } else {
-                format!("TARGET_STATUS_{upper}")
-            };
-            let status = v1::TargetStatus::from_str_name(&full).with_context(|| {
-                format!("unknown status `{status}` (online, offline, restart_loop or maintenance)")
-            })?;
+            let status = crate::spec_input::wire_enum(
+                &status,
+                "TARGET_STATUS_",
+                v1::TargetStatus::from_str_name,
+                ("status", "online, offline, restart_loop or maintenance"),
+            )?;
             let labels = labels
                 .iter()
                 .map(|pair| crate::spec_input::key_value(pair, "label"))
                 .collect::<anyhow::Result<_>>()?;
             let target = v1::Target {
                 id,
-                status: status as i32,
+                status,
                 labels,
                 updated_at: None,
             };

@@ -70,30 +70,41 @@ struct SpecFile {
     idempotency_key: String,
 }
 
-fn class_value(name: &str) -> anyhow::Result<i32> {
-    let upper = name.to_ascii_uppercase();
-    let full = if upper.starts_with("OPERATION_CLASS_") {
+/// Parses a wire enum by its short name (`cluster`, `single-device`) or its
+/// full name (`BLAST_RADIUS_CLUSTER`).
+pub fn wire_enum<E: Into<i32>>(
+    name: &str,
+    prefix: &str,
+    from_str_name: fn(&str) -> Option<E>,
+    (kind, expected): (&str, &str),
+) -> anyhow::Result<i32> {
+    let upper = name.to_ascii_uppercase().replace('-', "_");
+    let full = if upper.starts_with(prefix) {
         upper
     } else {
-        format!("OPERATION_CLASS_{upper}")
+        format!("{prefix}{upper}")
     };
-    v1::OperationClass::from_str_name(&full)
-        .map(|c| c as i32)
-        .with_context(|| format!("unknown class `{name}` (write, destructive or read)"))
+    from_str_name(&full)
+        .map(Into::into)
+        .with_context(|| format!("unknown {kind} `{name}` ({expected})"))
+}
+
+fn class_value(name: &str) -> anyhow::Result<i32> {
+    wire_enum(
+        name,
+        "OPERATION_CLASS_",
+        v1::OperationClass::from_str_name,
+        ("class", "write, destructive or read"),
+    )
 }
 
 pub fn blast_radius_value(name: &str) -> anyhow::Result<i32> {
-    let upper = name.to_ascii_uppercase().replace('-', "_");
-    let full = if upper.starts_with("BLAST_RADIUS_") {
-        upper
-    } else {
-        format!("BLAST_RADIUS_{upper}")
-    };
-    v1::BlastRadius::from_str_name(&full)
-        .map(|c| c as i32)
-        .with_context(|| {
-            format!("unknown blast radius `{name}` (single_device, cluster or tenant_wide)")
-        })
+    wire_enum(
+        name,
+        "BLAST_RADIUS_",
+        v1::BlastRadius::from_str_name,
+        ("blast radius", "single_device, cluster or tenant_wide"),
+    )
 }
 
 pub fn key_value(pair: &str, what: &str) -> anyhow::Result<(String, String)> {

@@ -75,33 +75,14 @@ async fn state_of(
     Ok((state, started, target))
 }
 
-/// Moves one proposal to REVIEWING inside the caller's transaction (its event
-/// is written by trigger).
-async fn begin_in(
+/// A proposal of the batch that was not PENDING: redelivered while REVIEWING
+/// (it keeps its first start time), or already terminal.
+async fn resume_in(
     conn: &mut SqliteConnection,
     tenant: &str,
     id: &str,
     now: Millis,
-    events_out: &mut Vec<StoreEvent>,
 ) -> Result<BeginReview> {
-    let row = sqlx::query(
-        "UPDATE proposals SET state = 'reviewing', review_started_at = ?, updated_at = ?
-         WHERE tenant = ? AND id = ? AND state = 'pending' RETURNING *",
-    )
-    .bind(now)
-    .bind(now)
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some(row) = row {
-        events_out.push(events::signal(tenant, id, ProposalState::Reviewing));
-        return Ok(BeginReview::Reviewing {
-            proposal: Box::new(proposals::from_row(&row)?),
-            started_at: now,
-        });
-    }
-    // Not pending: redelivered while REVIEWING (keeps its first start), or terminal.
     let (state, started, _) = state_of(conn, tenant, id).await?;
     if state != ProposalState::Reviewing {
         return Ok(BeginReview::Terminal(state));
@@ -160,8 +141,7 @@ pub async fn begin_many(
                     started_at: now,
                 });
             }
-            // Redelivered while REVIEWING, or already terminal.
-            None => out.push(begin_in(&mut tx, &item.tenant, &item.id, now, &mut events).await?),
+            None => out.push(resume_in(&mut tx, &item.tenant, &item.id, now).await?),
         }
     }
     tx.commit().await?;
