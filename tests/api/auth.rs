@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use countersign_domain::Role;
 use tonic::Code;
 
@@ -44,13 +46,26 @@ async fn malformed_unknown_and_forged_keys_get_the_same_answer() {
 
 #[tokio::test]
 async fn a_revoked_key_is_refused_like_any_other() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(|c| c.credential_cache_ttl = Duration::ZERO).await;
     let key = app.key("acme", Role::Coordinator).await;
     app.submit(&key, valid_spec())
         .await
         .expect("works before revocation");
     let id = countersign_domain::api_key::parse(&key).unwrap().id;
     app.store.revoke_api_key(&id).await.unwrap();
+    let status = assert_code(app.submit(&key, valid_spec()).await, Code::Unauthenticated);
+    assert_eq!(status.message(), ONE_ANSWER);
+}
+
+#[tokio::test]
+async fn a_cached_credential_is_refused_once_its_cache_entry_expires() {
+    let ttl = Duration::from_millis(300);
+    let app = TestApp::spawn_with(|c| c.credential_cache_ttl = ttl).await;
+    let key = app.key("acme", Role::Coordinator).await;
+    app.submit(&key, valid_spec()).await.expect("cached now");
+    let id = countersign_domain::api_key::parse(&key).unwrap().id;
+    app.store.revoke_api_key(&id).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
     let status = assert_code(app.submit(&key, valid_spec()).await, Code::Unauthenticated);
     assert_eq!(status.message(), ONE_ANSWER);
 }

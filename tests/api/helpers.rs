@@ -9,7 +9,8 @@ use countersign_proto::{
     convert::json_to_struct,
     v1::{
         self, CancelProposalRequest, GetProposalRequest, Proposal, ProposalSpec, SubmitRequest,
-        SubmitResponse, proposal_service_client::ProposalServiceClient,
+        SubmitResponse, notification_service_client::NotificationServiceClient,
+        proposal_service_client::ProposalServiceClient,
     },
 };
 use countersign_queue::{DynQueue, EmbeddedQueue};
@@ -267,6 +268,37 @@ impl TestApp {
             .get_proposal(GetProposalRequest { id: id.into() })
             .await
             .map(|r| r.into_inner())
+    }
+
+    /// Opens a `Watch` stream.
+    pub async fn watch(
+        &self,
+        key: &str,
+        request: v1::WatchRequest,
+    ) -> Result<tonic::Streaming<v1::Notification>, Status> {
+        self.watch_on(self.channel().await, key, request).await
+    }
+
+    /// Opens a `Watch` stream over `channel`.
+    pub async fn watch_on(
+        &self,
+        channel: Channel,
+        key: &str,
+        request: v1::WatchRequest,
+    ) -> Result<tonic::Streaming<v1::Notification>, Status> {
+        let auth = BearerAuth::raw(format!("Bearer {key}").parse().unwrap(), true);
+        NotificationServiceClient::with_interceptor(channel, auth)
+            .watch(request)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// Every stored event of `tenant`, oldest first.
+    pub async fn event_log(&self, tenant: &str) -> Vec<countersign_store::Event> {
+        self.store
+            .events_after(0, Some(tenant), u32::MAX)
+            .await
+            .expect("read the event log")
     }
 
     pub async fn cancel(&self, key: &str, id: &str) -> Result<Proposal, Status> {

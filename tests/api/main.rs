@@ -16,3 +16,4 @@ mod review;
 mod roles;
 mod service;
 mod validation;
+mod watch;

@@ -1,11 +1,12 @@
 //! [`Application`]: binds the listener (port 0 in tests), mounts the services
 //! behind the layer stack, and serves until told to stop.
 
-use std::{future::Future, net::SocketAddr};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use countersign_proto::{
     FILE_DESCRIPTOR_SET,
     v1::{
+        notification_service_server::NotificationServiceServer,
         proposal_service_server::ProposalServiceServer, sop_service_server::SopServiceServer,
         target_service_server::TargetServiceServer,
     },
@@ -18,8 +19,10 @@ use tower::ServiceBuilder;
 
 use crate::{
     RateLimit, Timeouts,
+    directory::{self, Directory},
+    fanout::{Fanout, WatchConfig, spawn_pump},
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
-    services::{ProposalApi, SopApi, TargetApi},
+    services::{NotificationApi, ProposalApi, SopApi, TargetApi},
 };
 
 /// The largest message the server decodes.
@@ -30,6 +33,9 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     pub rate_limit: RateLimit,
     pub timeouts: Timeouts,
+    /// How long a looked-up credential or tenant is reused (0 = never).
+    pub credential_cache_ttl: Duration,
+    pub watch: WatchConfig,
 }
 
 impl Default for ApiConfig {
@@ -38,6 +44,8 @@ impl Default for ApiConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             rate_limit: RateLimit::default(),
             timeouts: Timeouts::default(),
+            credential_cache_ttl: directory::DEFAULT_TTL,
+            watch: WatchConfig::default(),
         }
     }
 }
@@ -52,6 +60,7 @@ pub struct Application {
 const SERVICES: &[&str] = &[
     "",
     "countersign.v1.ProposalService",
+    "countersign.v1.NotificationService",
     "countersign.v1.SopService",
     "countersign.v1.TargetService",
 ];
@@ -90,16 +99,29 @@ impl Application {
             .build_v1()
             .expect("the embedded descriptor sets are valid");
 
+        let directory = Arc::new(Directory::new(
+            self.store.clone(),
+            self.config.credential_cache_ttl,
+        ));
         let layers = ServiceBuilder::new()
-            .layer(AuthLayer::new(self.store.clone()))
-            .layer(TenantBindLayer::new(self.store.clone()))
+            .layer(AuthLayer::new(directory.clone()))
+            .layer(TenantBindLayer::new(directory))
             .layer(RateLimitLayer::new(self.config.rate_limit))
             .layer(TimeoutLayer::new(self.config.timeouts))
             .layer(MetricsLayer)
             .into_inner();
 
-        let proposals = ProposalServiceServer::new(ProposalApi::new(self.store.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let fanout = Fanout::new(self.config.watch.ring);
+        let pump = spawn_pump(fanout.clone(), self.store.clone(), self.config.watch);
+        let proposals =
+            ProposalServiceServer::new(ProposalApi::new(self.store.clone(), fanout.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let notifications = NotificationServiceServer::new(NotificationApi::new(
+            self.store.clone(),
+            fanout.clone(),
+            self.config.watch,
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let sops = SopServiceServer::new(SopApi::new(self.store.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let targets = TargetServiceServer::new(TargetApi::new(self.store.clone()))
@@ -112,6 +134,8 @@ impl Application {
         let signal = async move {
             shutdown.await;
             set_all(&reporter, ServingStatus::NotServing).await;
+            // Streams never finish by themselves: end them, with their cursor.
+            fanout.close();
             tracing::info!("shutting down: no new calls accepted");
         };
         Server::builder()
@@ -119,6 +143,7 @@ impl Application {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(proposals)
+            .add_service(notifications)
             .add_service(sops)
             .add_service(targets)
             // Small gRPC messages must not wait for Nagle and delayed ACKs.
@@ -126,7 +151,9 @@ impl Application {
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
                 signal,
             )
-            .await
+            .await?;
+        let _ = pump.await;
+        Ok(())
     }
 }
 

@@ -48,6 +48,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::ReadProposal => "read proposals",
         Permission::ReadReference => "read SOPs or targets",
         Permission::WriteReference => "change SOPs or targets",
+        Permission::Watch => "watch the review stream",
     }
 }
 

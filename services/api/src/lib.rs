@@ -3,6 +3,8 @@
 
 mod application;
 pub mod context;
+pub mod directory;
+pub mod fanout;
 pub mod layers;
 pub mod services;
 

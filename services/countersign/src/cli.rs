@@ -121,6 +121,19 @@ pub struct ServeArgs {
     /// Deadline for ordinary calls (e.g. `30s`).
     #[arg(long, env = "COUNTERSIGN_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
+    /// How long a credential or tenant read from the database is reused; a
+    /// revoked key stops working within it (`0s` = read every call).
+    #[arg(long, env = "COUNTERSIGN_CREDENTIAL_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub credential_cache_ttl: Duration,
+    /// An idle `Watch` stream gets a heartbeat at least this often.
+    #[arg(long, env = "COUNTERSIGN_WATCH_HEARTBEAT", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub watch_heartbeat: Duration,
+    /// Notifications queued for one watcher before it is cut off as too slow.
+    #[arg(long, env = "COUNTERSIGN_WATCH_BUFFER", default_value = "1024")]
+    pub watch_buffer: usize,
+    /// How long events are kept for watchers to resume from (e.g. `7d`).
+    #[arg(long, env = "COUNTERSIGN_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub event_retention: Duration,
     /// What this process runs: the API and the reviewers, or one of them.
     #[arg(long, env = "COUNTERSIGN_ROLE", value_enum, default_value_t = Role::All)]
     pub role: Role,

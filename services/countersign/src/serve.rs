@@ -1,7 +1,7 @@
 //! `countersign serve`: migrate, bootstrap on first start, run the API and/or
 //! the reviewers until SIGINT or SIGTERM.
 
-use countersign_api::{ApiConfig, Application, RateLimit, Timeouts};
+use countersign_api::{ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 
 use crate::{
@@ -52,6 +52,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             timeouts: Timeouts {
                 default: args.request_timeout,
                 ..Timeouts::default()
+            },
+            credential_cache_ttl: args.credential_cache_ttl,
+            watch: WatchConfig {
+                heartbeat: args.watch_heartbeat,
+                buffer: args.watch_buffer,
+                retention: args.event_retention,
+                ..WatchConfig::default()
             },
         };
         let app = Application::build(config, store).await?;

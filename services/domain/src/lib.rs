@@ -7,6 +7,7 @@ pub mod decision;
 #[macro_use]
 pub mod names;
 pub mod error;
+pub mod event;
 pub mod gates;
 pub mod principal;
 pub mod proposal;
@@ -19,6 +20,7 @@ pub mod validation;
 pub use api_key::{ApiKeyError, ParsedKey};
 pub use decision::{Decision, DecisionOutcome, GateResult};
 pub use error::{ErrorKind, ServiceError};
+pub use event::{Event, EventHorizon, EventKind};
 pub use principal::Principal;
 pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec};
 pub use reference::{Sop, Target, TargetStatus, TenantPolicy};
@@ -28,3 +30,12 @@ pub use validation::{FieldError, validate_sop, validate_spec, validate_target};
 
 /// Milliseconds since the Unix epoch: the one clock unit stored and compared.
 pub type Millis = i64;
+
+/// The wall clock in [`Millis`] (the one place the domain reads it; every rule
+/// here takes "now" as an argument).
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as Millis)
+        .unwrap_or_default()
+}

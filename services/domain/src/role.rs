@@ -21,6 +21,8 @@ pub enum Permission {
     ReadProposal,
     ReadReference,
     WriteReference,
+    /// Follow the tenant's review stream (`Watch`).
+    Watch,
 }
 
 impl Role {
@@ -32,9 +34,10 @@ impl Role {
             Role::Admin => true,
             Role::Coordinator => matches!(
                 permission,
-                SubmitProposal | CancelProposal | ReadProposal | ReadReference
+                SubmitProposal | CancelProposal | ReadProposal | ReadReference | Watch
             ),
-            Role::Oncall | Role::Auditor => matches!(permission, ReadProposal | ReadReference),
+            Role::Oncall => matches!(permission, ReadProposal | ReadReference | Watch),
+            Role::Auditor => matches!(permission, ReadProposal | ReadReference),
         }
     }
 }
@@ -50,6 +53,17 @@ mod tests {
             assert_eq!(role.allows(Permission::SubmitProposal), mutates, "{role}");
             assert_eq!(role.allows(Permission::CancelProposal), mutates, "{role}");
             assert!(role.allows(Permission::ReadProposal), "{role}");
+        }
+    }
+
+    #[test]
+    fn coordinators_oncall_and_admins_watch_auditors_query_instead() {
+        for &role in Role::ALL {
+            assert_eq!(
+                role.allows(Permission::Watch),
+                role != Role::Auditor,
+                "{role}"
+            );
         }
     }
 

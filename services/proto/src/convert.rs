@@ -9,6 +9,8 @@ use serde_json::{Map, Number, Value as Json};
 
 use crate::v1;
 
+pub mod event;
+
 /// A wire spec becomes a domain spec, or the first field that cannot.
 pub fn spec_from_proto(spec: v1::ProposalSpec) -> Result<ProposalSpec, FieldError> {
     let class = match v1::OperationClass::try_from(spec.class) {

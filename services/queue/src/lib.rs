@@ -70,9 +70,4 @@ pub trait Queue: Send + Sync + 'static {
 
 pub type DynQueue = Arc<dyn Queue>;
 
-pub(crate) fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or_default()
-}
+pub(crate) use countersign_domain::now_ms;

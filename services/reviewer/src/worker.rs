@@ -34,12 +34,7 @@ enum Step {
     Retry(String, Duration),
 }
 
-pub(crate) fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or_default()
-}
+pub(crate) use countersign_domain::now_ms;
 
 /// Resolves when a proposal is submitted in this process (or events were lost).
 async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {

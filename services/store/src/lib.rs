@@ -13,12 +13,12 @@ use countersign_domain::{
     Decision, Millis, Proposal, Role, Sop, Target, TargetStatus, gates::ReviewFacts,
 };
 
-pub use countersign_domain::{TenantPolicy, reference::SopInput};
+pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, reference::SopInput};
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
-    ApiKeyRecord, BeginReview, BootstrapKey, EventKind, NewApiKey, NewProposal, OverdueReview,
-    RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
+    ApiKeyRecord, BeginReview, BootstrapKey, NewApiKey, NewProposal, OverdueReview, RecordOutcome,
+    ReviewKey, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -124,7 +124,21 @@ pub trait Store: Send + Sync + 'static {
     /// Events of one proposal, oldest first.
     async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<StoreEvent>>;
 
-    /// State changes as they commit in this process.
+    /// Logged events with a cursor greater than `after`, oldest first, each with
+    /// its proposal as the event left it; one tenant's or (`None`) everyone's.
+    async fn events_after(
+        &self,
+        after: u64,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Event>>;
+    /// How far the log reaches back, and its newest cursor.
+    async fn event_horizon(&self) -> Result<EventHorizon>;
+    /// Deletes events committed before `created_before`; returns how many.
+    async fn prune_events(&self, created_before: Millis) -> Result<u64>;
+
+    /// State changes as they commit in this process (a wake-up signal; the
+    /// events table is the record).
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<StoreEvent>;
 }
 
@@ -144,12 +158,7 @@ pub async fn connect(url: &str) -> Result<DynStore> {
     }
 }
 
-pub(crate) fn now_ms() -> Millis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as Millis)
-        .unwrap_or_default()
-}
+pub(crate) use countersign_domain::now_ms;
 
 pub(crate) fn role_from_db(s: &str) -> Result<Role> {
     s.parse()

@@ -85,21 +85,8 @@ pub struct StoreEvent {
     pub cursor: Option<i64>,
     pub tenant: String,
     pub proposal_id: String,
-    pub kind: EventKind,
+    pub kind: countersign_domain::EventKind,
     pub state: countersign_domain::ProposalState,
-}
-
-countersign_domain::named_enum! {
-    pub enum EventKind as "event kind" {
-        Submitted => "SUBMITTED",
-        /// A review handed back to the queue (REVIEWING → PENDING).
-        Requeued => "REQUEUED",
-        ReviewStarted => "REVIEW_STARTED",
-        Approved => "APPROVED",
-        Rejected => "REJECTED",
-        Cancelled => "CANCELLED",
-        TimedOut => "TIMED_OUT",
-    }
 }
 
 /// Where a review found its proposal.

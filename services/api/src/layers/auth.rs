@@ -2,12 +2,16 @@
 //! it in the request's extensions. No, unknown, revoked and malformed keys all
 //! get the same `UNAUTHENTICATED`.
 
-use std::task::{Context, Poll};
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use countersign_domain::{Principal, api_key};
-use countersign_store::DynStore;
 use tonic::Status;
 use tower::{Layer, Service};
+
+use crate::directory::Directory;
 
 use super::{BoxFuture, is_public, reply, take_ready};
 
@@ -15,11 +19,11 @@ pub const UNAUTHENTICATED: &str = "missing or invalid API key";
 
 #[derive(Clone)]
 pub struct AuthLayer {
-    store: DynStore,
+    store: Arc<Directory>,
 }
 
 impl AuthLayer {
-    pub fn new(store: DynStore) -> Self {
+    pub fn new(store: Arc<Directory>) -> Self {
         AuthLayer { store }
     }
 }
@@ -38,7 +42,7 @@ impl<S> Layer<S> for AuthLayer {
 #[derive(Clone)]
 pub struct Auth<S> {
     inner: S,
-    store: DynStore,
+    store: Arc<Directory>,
 }
 
 /// Why a credential was refused. Callers all see one answer; logs see which.
@@ -49,7 +53,7 @@ enum Refusal {
 }
 
 async fn authenticate(
-    store: &DynStore,
+    store: &Directory,
     header: Option<&http::HeaderValue>,
 ) -> Result<Principal, Refusal> {
     let header = header.ok_or(Refusal::Unauthenticated("no authorization header"))?;
@@ -62,7 +66,7 @@ async fn authenticate(
         .trim();
     let parsed = api_key::parse(key).map_err(|_| Refusal::Unauthenticated("malformed key"))?;
     let record = store
-        .find_api_key(&parsed.id)
+        .api_key(&parsed.id)
         .await
         .map_err(|e| Refusal::StoreDown(e.to_string()))?
         .ok_or(Refusal::Unauthenticated("unknown key"))?;

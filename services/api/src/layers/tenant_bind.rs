@@ -2,23 +2,27 @@
 //! the principal's tenant (with its policy) into the request's extensions and
 //! opens the request span that carries it.
 
-use std::task::{Context, Poll};
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use countersign_domain::Principal;
-use countersign_store::DynStore;
 use tonic::Status;
 use tower::{Layer, Service};
+
+use crate::directory::Directory;
 use tracing::Instrument;
 
 use super::{BoxFuture, auth::UNAUTHENTICATED, is_public, reply, take_ready};
 
 #[derive(Clone)]
 pub struct TenantBindLayer {
-    store: DynStore,
+    store: Arc<Directory>,
 }
 
 impl TenantBindLayer {
-    pub fn new(store: DynStore) -> Self {
+    pub fn new(store: Arc<Directory>) -> Self {
         TenantBindLayer { store }
     }
 }
@@ -37,7 +41,7 @@ impl<S> Layer<S> for TenantBindLayer {
 #[derive(Clone)]
 pub struct TenantBind<S> {
     inner: S,
-    store: DynStore,
+    store: Arc<Directory>,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for TenantBind<S>
@@ -66,7 +70,7 @@ where
             let Some(principal) = req.extensions().get::<Principal>().cloned() else {
                 return Ok(reply(Status::unauthenticated(UNAUTHENTICATED)));
             };
-            let tenant = match store.get_tenant(&principal.tenant).await {
+            let tenant = match store.tenant(&principal.tenant).await {
                 Ok(Some(tenant)) => tenant,
                 Ok(None) => return Ok(reply(Status::unauthenticated(UNAUTHENTICATED))),
                 Err(error) => {

@@ -12,21 +12,25 @@ use countersign_proto::{
 use countersign_store::{DynStore, NewProposal, SubmitOutcome};
 use tonic::{Request, Response, Status};
 
-use crate::context::{Caller, require_id};
+use crate::{
+    context::{Caller, require_id},
+    fanout::Fanout,
+};
 
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
 
-/// How often an await re-reads the proposal when no event arrives (a decision
-/// made by a worker in another process).
-const AWAIT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often an await re-reads the proposal anyway (belt and braces: the
+/// fan-out wakes it as soon as the decision is published).
+const AWAIT_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub struct ProposalApi {
     store: DynStore,
+    fanout: Fanout,
 }
 
 impl ProposalApi {
-    pub fn new(store: DynStore) -> Self {
-        ProposalApi { store }
+    pub fn new(store: DynStore, fanout: Fanout) -> Self {
+        ProposalApi { store, fanout }
     }
 }
 
@@ -123,8 +127,8 @@ impl ProposalService for ProposalApi {
         let caller = Caller::authorize(&request, Permission::ReadProposal)?;
         let id = request.into_inner().id;
         require_id("id", &id)?;
-        // Subscribe before the first read, so a decision in between is not missed.
-        let mut events = self.store.subscribe();
+        // Register before the first read, so a decision in between is not missed.
+        let mut ended = self.fanout.await_end(&caller.tenant.name, &id);
         loop {
             let proposal = self
                 .store
@@ -138,21 +142,20 @@ impl ProposalService for ProposalApi {
                     caller.principal.agent,
                 )));
             }
-            // Wait for an event about this proposal, or poll. The call's deadline
-            // (the timeout layer) ends the wait with DEADLINE_EXCEEDED.
-            let wait = async {
-                loop {
-                    match events.recv().await {
-                        Ok(event) if event.proposal_id == id => return,
-                        Ok(_) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                            std::future::pending::<()>().await
-                        }
+            // The call's deadline (the timeout layer) ends the wait with
+            // DEADLINE_EXCEEDED.
+            tokio::select! {
+                published = &mut ended => match published {
+                    Some(published) => {
+                        return Ok(Response::new(proposal_to_proto(
+                            &published.event.proposal,
+                            caller.principal.agent,
+                        )));
                     }
-                }
-            };
-            let _ = tokio::time::timeout(AWAIT_POLL, wait).await;
+                    None => ended = self.fanout.await_end(&caller.tenant.name, &id),
+                },
+                _ = tokio::time::sleep(AWAIT_POLL) => {}
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
-use countersign_domain::ProposalState;
+use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use sqlx::{Row, SqlitePool};
 
+use super::{proposals, review};
 use crate::{EventKind, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
@@ -48,4 +49,124 @@ pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Ve
             })
         })
         .collect()
+}
+
+const AFTER_ALL: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
+        e.created_at AS ev_at, p.*
+     FROM events e JOIN proposals p ON p.id = e.proposal_id
+     WHERE e.cursor > ? ORDER BY e.cursor LIMIT ?";
+const AFTER_TENANT: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
+        e.created_at AS ev_at, p.*
+     FROM events e JOIN proposals p ON p.id = e.proposal_id
+     WHERE e.tenant = ? AND e.cursor > ? ORDER BY e.cursor LIMIT ?";
+
+#[tracing::instrument(name = "store.sqlite.events_after", skip(pool))]
+pub async fn after(
+    pool: &SqlitePool,
+    after: u64,
+    tenant: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Event>> {
+    let mut conn = pool.acquire().await?;
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let rows = match tenant {
+        Some(tenant) => {
+            sqlx::query(AFTER_TENANT)
+                .bind(tenant)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+        None => {
+            sqlx::query(AFTER_ALL)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let cursor: i64 = row.try_get("ev_cursor")?;
+        let kind: String = row.try_get("ev_kind")?;
+        let state: String = row.try_get("ev_state")?;
+        let kind: EventKind = kind
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+        let state: ProposalState = state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+        let proposal = proposals::from_row(row)?;
+        events.push(Event::at(
+            cursor as u64,
+            kind,
+            state,
+            row.try_get("ev_at")?,
+            proposal,
+        ));
+    }
+    let ended: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind.is_terminal())
+        .map(|e| e.proposal.id.as_str())
+        .collect();
+    if !ended.is_empty() {
+        let ids = serde_json::to_string(&ended).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let rows = sqlx::query(
+            "SELECT * FROM decisions WHERE proposal_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut decisions = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let id: String = row.try_get("proposal_id")?;
+            decisions.insert(id, review::decision_from_row(row)?);
+        }
+        for event in events.iter_mut().filter(|e| e.kind.is_terminal()) {
+            event.proposal.decision = decisions.get(&event.proposal.id).cloned();
+        }
+    }
+    Ok(events)
+}
+
+pub async fn horizon(pool: &SqlitePool) -> Result<EventHorizon> {
+    let (pruned, latest): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
+                MAX(COALESCE((SELECT MAX(cursor) FROM events), 0),
+                    COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0))",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(EventHorizon {
+        pruned_through: pruned.max(0) as u64,
+        latest: latest.max(0) as u64,
+    })
+}
+
+/// Deletes every event up to the newest one committed before `created_before`
+/// and moves the retention mark, in one transaction.
+#[tracing::instrument(name = "store.sqlite.prune_events", skip(writer))]
+pub async fn prune(writer: &SqlitePool, created_before: Millis) -> Result<u64> {
+    let mut tx = writer.begin().await?;
+    let through: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(cursor) FROM events WHERE created_at < ?")
+            .bind(created_before)
+            .fetch_one(&mut *tx)
+            .await?;
+    let Some(through) = through else {
+        return Ok(0);
+    };
+    let deleted = sqlx::query("DELETE FROM events WHERE cursor <= ?")
+        .bind(through)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    sqlx::query("UPDATE event_retention SET pruned_through = MAX(pruned_through, ?) WHERE id = 1")
+        .bind(through)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(deleted)
 }

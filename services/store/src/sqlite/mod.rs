@@ -14,7 +14,7 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Millis, Proposal, Sop, Target, TargetStatus, gates::ReviewFacts,
+    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus, gates::ReviewFacts,
 };
 use sqlx::{
     SqlitePool,
@@ -221,6 +221,23 @@ impl Store for SqliteStore {
 
     async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<crate::StoreEvent>> {
         events::of_proposal(&self.reader, tenant, id).await
+    }
+
+    async fn events_after(
+        &self,
+        after: u64,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Event>> {
+        events::after(&self.reader, after, tenant, limit).await
+    }
+
+    async fn event_horizon(&self) -> Result<EventHorizon> {
+        events::horizon(&self.reader).await
+    }
+
+    async fn prune_events(&self, created_before: Millis) -> Result<u64> {
+        events::prune(&self.writer, created_before).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -1,0 +1,152 @@
+//! [`Fanout`]: the one notification path of a process. A single pump reads
+//! newly committed events from the store (woken by the store's in-process
+//! signal, and on a short tick for events other processes commit) and hands
+//! each, once, to every watcher of its tenant through a broadcast ring, and to
+//! the `AwaitDecision` calls waiting for its proposal. No watcher reads the
+//! database while it follows live; a slow one never slows the pump.
+
+mod published;
+mod pump;
+mod waiters;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::sync::{broadcast, watch};
+
+pub use published::Published;
+pub use pump::spawn_pump;
+pub use waiters::Waiter;
+
+/// Settings of the notification path and of `Watch` streams.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchConfig {
+    /// An idle stream gets a heartbeat at least this often.
+    pub heartbeat: Duration,
+    /// Events older than this are pruned; resuming before them is OUT_OF_RANGE.
+    pub retention: Duration,
+    /// Events a tenant's broadcast ring holds for watchers that lag.
+    pub ring: usize,
+    /// Notifications queued for one watcher before it counts as fallen behind.
+    pub buffer: usize,
+    /// How long a send to one watcher may wait (its client not reading) before
+    /// the stream is ended.
+    pub stall: Duration,
+    /// How often the pump looks for events committed by other processes.
+    pub poll_every: Duration,
+    /// How often expired events are pruned.
+    pub prune_every: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            heartbeat: Duration::from_secs(15),
+            retention: Duration::from_secs(7 * 24 * 3600),
+            ring: 4096,
+            buffer: 1024,
+            stall: Duration::from_secs(10),
+            poll_every: Duration::from_millis(200),
+            prune_every: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Fanout {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ring: usize,
+    tenants: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
+    waiters: waiters::Registry,
+    /// The newest cursor handed out (0 until the pump has started).
+    position: AtomicU64,
+    closing: watch::Sender<bool>,
+}
+
+impl Fanout {
+    pub fn new(ring: usize) -> Self {
+        Fanout {
+            inner: Arc::new(Inner {
+                ring: ring.max(1),
+                tenants: Mutex::new(HashMap::new()),
+                waiters: waiters::Registry::default(),
+                position: AtomicU64::new(0),
+                closing: watch::channel(false).0,
+            }),
+        }
+    }
+
+    /// Every event of `tenant` published from now on.
+    pub fn subscribe(&self, tenant: &str) -> broadcast::Receiver<Arc<Published>> {
+        let mut tenants = self.inner.tenants.lock().expect("fanout lock");
+        match tenants.get(tenant) {
+            Some(sender) => sender.subscribe(),
+            None => {
+                let (sender, receiver) = broadcast::channel(self.inner.ring);
+                tenants.insert(tenant.to_owned(), sender);
+                receiver
+            }
+        }
+    }
+
+    /// Resolves with the event that ends proposal `id` of `tenant`, if it is
+    /// published while the waiter lives.
+    pub fn await_end(&self, tenant: &str, id: &str) -> Waiter {
+        self.inner.waiters.register(tenant, id)
+    }
+
+    /// The newest cursor published.
+    pub fn position(&self) -> u64 {
+        self.inner.position.load(Ordering::Acquire)
+    }
+
+    /// Ends every stream (server shutdown).
+    pub fn close(&self) {
+        self.inner.closing.send_replace(true);
+    }
+
+    /// Resolves once [`Fanout::close`] is called.
+    pub fn closing(&self) -> Closing {
+        Closing(self.inner.closing.subscribe())
+    }
+
+    fn publish(&self, published: Arc<Published>) {
+        let cursor = published.event.cursor;
+        if published.event.kind.is_terminal() {
+            self.inner.waiters.wake(&published);
+        }
+        let mut tenants = self.inner.tenants.lock().expect("fanout lock");
+        let tenant = published.event.tenant();
+        if let Some(sender) = tenants.get(tenant)
+            && sender.send(published.clone()).is_err()
+        {
+            // Nobody watches this tenant any more.
+            tenants.remove(tenant);
+        }
+        drop(tenants);
+        self.inner.position.fetch_max(cursor, Ordering::AcqRel);
+    }
+
+    fn start_at(&self, cursor: u64) {
+        self.inner.position.fetch_max(cursor, Ordering::AcqRel);
+    }
+}
+
+/// Resolves when the process stops serving.
+pub struct Closing(watch::Receiver<bool>);
+
+impl Closing {
+    pub async fn closed(&mut self) {
+        // An error means the fanout itself is gone: closed as well.
+        let _ = self.0.wait_for(|closed| *closed).await;
+    }
+}

@@ -1,0 +1,107 @@
+//! The pump: the only reader of new events in a process.
+
+use std::{sync::Arc, time::Duration};
+
+use countersign_store::DynStore;
+use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
+
+use super::{Fanout, Published, WatchConfig};
+
+/// Events read per query while catching up.
+const PAGE: u32 = 512;
+/// Pause after a failed read before trying again.
+const BACKOFF: Duration = Duration::from_millis(500);
+
+/// Starts the pump; it runs until [`Fanout::close`].
+pub fn spawn_pump(fanout: Fanout, store: DynStore, config: WatchConfig) -> JoinHandle<()> {
+    tokio::spawn(run(fanout, store, config))
+}
+
+async fn run(fanout: Fanout, store: DynStore, config: WatchConfig) {
+    let mut closing = fanout.closing();
+    let mut signals = Some(store.subscribe());
+    // Live from now: what is already committed is for replays to read.
+    let mut position = loop {
+        match store.event_horizon().await {
+            Ok(horizon) => break horizon.latest,
+            Err(error) => {
+                tracing::warn!(%error, "fanout: cannot read the event log yet");
+                tokio::select! {
+                    _ = tokio::time::sleep(BACKOFF) => {}
+                    _ = closing.closed() => return,
+                }
+            }
+        }
+    };
+    fanout.start_at(position);
+    let mut tick = tokio::time::interval(config.poll_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prune = tokio::time::interval(config.prune_every);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = closing.closed() => return,
+            signal = next_signal(&mut signals) => {
+                if signal.is_err() {
+                    // The store's signal is gone: the tick carries on alone.
+                    signals = None;
+                }
+            }
+            _ = tick.tick() => {}
+            _ = prune.tick() => {
+                prune_expired(&store, config.retention).await;
+                continue;
+            }
+        }
+        position = drain(&fanout, &store, position).await;
+    }
+}
+
+/// Waits for a signal and swallows the ones queued behind it: one read
+/// answers them all.
+async fn next_signal(
+    signals: &mut Option<tokio::sync::broadcast::Receiver<countersign_store::StoreEvent>>,
+) -> Result<(), RecvError> {
+    let Some(rx) = signals else {
+        return std::future::pending().await;
+    };
+    match rx.recv().await {
+        Ok(_) | Err(RecvError::Lagged(_)) => {}
+        Err(RecvError::Closed) => return Err(RecvError::Closed),
+    }
+    while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
+    Ok(())
+}
+
+/// Publishes every event after `position`, in order; returns the new position.
+async fn drain(fanout: &Fanout, store: &DynStore, mut position: u64) -> u64 {
+    loop {
+        match store.events_after(position, None, PAGE).await {
+            Ok(events) => {
+                let full = events.len() as u32 == PAGE;
+                for event in events {
+                    position = event.cursor;
+                    fanout.publish(Arc::new(Published::new(event)));
+                }
+                if !full {
+                    return position;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, position, "fanout: reading new events failed");
+                tokio::time::sleep(BACKOFF).await;
+                return position;
+            }
+        }
+    }
+}
+
+async fn prune_expired(store: &DynStore, retention: Duration) {
+    let cutoff = countersign_domain::now_ms()
+        .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    match store.prune_events(cutoff).await {
+        Ok(0) => {}
+        Ok(pruned) => tracing::info!(pruned, "pruned events past retention"),
+        Err(error) => tracing::warn!(%error, "pruning events failed"),
+    }
+}

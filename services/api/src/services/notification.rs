@@ -1,0 +1,277 @@
+//! `countersign.v1.NotificationService`: a tenant's review stream. Each
+//! stream replays from the store (when asked to resume), then follows the
+//! process's one [`Fanout`], with no gap and no duplicate at the handover:
+//! it subscribes before its last read and drops live events it already sent.
+
+use std::{collections::HashSet, pin::Pin, sync::Arc};
+
+use countersign_domain::{Event, Permission};
+use countersign_proto::{
+    convert::event::{heartbeat, notification},
+    to_status,
+    v1::{Notification, WatchRequest, notification_service_server::NotificationService},
+};
+use countersign_store::DynStore;
+use tokio::sync::{
+    broadcast::{self, error::RecvError},
+    mpsc,
+};
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tonic::{Request, Response, Status};
+
+use crate::{
+    context::{Caller, require_id},
+    fanout::{Fanout, Published, WatchConfig},
+};
+
+/// Events read per query while replaying.
+const PAGE: u32 = 256;
+pub const MAX_PROPOSAL_IDS: usize = 1000;
+const MAX_OPERATOR: usize = 256;
+
+pub struct NotificationApi {
+    store: DynStore,
+    fanout: Fanout,
+    config: WatchConfig,
+}
+
+impl NotificationApi {
+    pub fn new(store: DynStore, fanout: Fanout, config: WatchConfig) -> Self {
+        NotificationApi {
+            store,
+            fanout,
+            config,
+        }
+    }
+}
+
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Notification, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl NotificationService for NotificationApi {
+    type WatchStream = WatchStream;
+
+    #[tracing::instrument(name = "api.notification.watch", skip_all)]
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let caller = Caller::authorize(&request, Permission::Watch)?;
+        let request = request.into_inner();
+        let filter = Filter::from_request(&request)?;
+        // Subscribe first: whatever is published from here on reaches us.
+        let live = self.fanout.subscribe(&caller.tenant.name);
+        let position = match request.after_cursor {
+            None => None,
+            Some(after) => {
+                let horizon = self
+                    .store
+                    .event_horizon()
+                    .await
+                    .map_err(|e| to_status(&e))?;
+                if horizon.is_pruned(after) {
+                    return Err(Status::out_of_range(format!(
+                        "after_cursor: {after} is older than the retained history; the oldest \
+                         event available is {}: resume with after_cursor = {} (or 0)",
+                        horizon.pruned_through + 1,
+                        horizon.pruned_through
+                    )));
+                }
+                Some(after)
+            }
+        };
+        let (tx, rx) = mpsc::channel(self.config.buffer.max(1));
+        let (end_tx, end_rx) = mpsc::channel(1);
+        let watcher = Watcher {
+            store: self.store.clone(),
+            tenant: caller.tenant.name.clone(),
+            agent: caller.principal.agent,
+            filter,
+            config: self.config,
+            position: position.unwrap_or_else(|| self.fanout.position()),
+            live,
+            tx,
+        };
+        let closing = self.fanout.closing();
+        tokio::spawn(async move {
+            let end = watcher.run(position.is_some(), closing).await;
+            if let Some(status) = end {
+                let _ = end_tx.send(status).await;
+            }
+        });
+        metrics::counter!("countersign_watch_streams_total").increment(1);
+        let stream = ReceiverStream::new(rx)
+            .map(Ok)
+            .chain(ReceiverStream::new(end_rx).map(Err));
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Which events a stream wants.
+struct Filter {
+    ids: HashSet<String>,
+    operator: Option<String>,
+    terminal_only: bool,
+}
+
+impl Filter {
+    fn from_request(request: &WatchRequest) -> Result<Filter, Status> {
+        if request.proposal_ids.len() > MAX_PROPOSAL_IDS {
+            return Err(Status::invalid_argument(format!(
+                "proposal_ids: at most {MAX_PROPOSAL_IDS} ids"
+            )));
+        }
+        for (i, id) in request.proposal_ids.iter().enumerate() {
+            require_id(&format!("proposal_ids[{i}]"), id)?;
+        }
+        if request.operator.len() > MAX_OPERATOR {
+            return Err(Status::invalid_argument(format!(
+                "operator: must be at most {MAX_OPERATOR} bytes"
+            )));
+        }
+        Ok(Filter {
+            ids: request.proposal_ids.iter().cloned().collect(),
+            operator: (!request.operator.is_empty()).then(|| request.operator.clone()),
+            terminal_only: request.terminal_only,
+        })
+    }
+
+    fn matches(&self, event: &Event) -> bool {
+        (self.ids.is_empty() || self.ids.contains(&event.proposal.id))
+            && self
+                .operator
+                .as_ref()
+                .is_none_or(|o| *o == event.proposal.spec.operator)
+            && (!self.terminal_only || event.kind.is_terminal())
+    }
+}
+
+struct Watcher {
+    store: DynStore,
+    tenant: String,
+    agent: bool,
+    filter: Filter,
+    config: WatchConfig,
+    /// Every event up to here has been sent or did not match.
+    position: u64,
+    live: broadcast::Receiver<Arc<Published>>,
+    tx: mpsc::Sender<Notification>,
+}
+
+/// Why a stream ended early: `None` when the client went away.
+type End = Option<Status>;
+
+impl Watcher {
+    async fn run(mut self, replay: bool, mut closing: crate::fanout::Closing) -> End {
+        if replay && let Err(end) = self.catch_up().await {
+            return end;
+        }
+        let idle = tokio::time::sleep(self.config.heartbeat);
+        tokio::pin!(idle);
+        loop {
+            tokio::select! {
+                _ = closing.closed() => {
+                    return Some(Status::unavailable(format!(
+                        "server shutting down: resume from cursor {}",
+                        self.position
+                    )));
+                }
+                _ = self.tx.closed() => return None,
+                _ = &mut idle => {
+                    let beat = heartbeat(self.position, countersign_domain::now_ms());
+                    let _ = self.tx.try_send(beat);
+                }
+                received = self.live.recv() => match received {
+                    Ok(published) => match self.offer(&published) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(end) => return end,
+                    },
+                    // This task fell behind the ring (not its client): what it
+                    // missed is in the store.
+                    Err(RecvError::Lagged(_)) => {
+                        if let Err(end) = self.catch_up().await {
+                            return end;
+                        }
+                    }
+                    Err(RecvError::Closed) => {
+                        return Some(Status::unavailable(format!(
+                            "notification path closed: resume from cursor {}",
+                            self.position
+                        )));
+                    }
+                },
+            }
+            idle.as_mut()
+                .reset(tokio::time::Instant::now() + self.config.heartbeat);
+        }
+    }
+
+    /// Queues one live event without waiting: a client whose buffer is full has
+    /// fallen behind and is cut off. Returns whether something was sent.
+    fn offer(&mut self, published: &Published) -> Result<bool, End> {
+        let event = &published.event;
+        if event.cursor <= self.position {
+            return Ok(false); // sent during the replay
+        }
+        if !self.filter.matches(event) {
+            self.position = event.cursor;
+            return Ok(false);
+        }
+        match self.tx.try_send(published.notification(self.agent).clone()) {
+            Ok(()) => {
+                self.position = event.cursor;
+                Ok(true)
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                metrics::counter!("countersign_watch_cut_off_total").increment(1);
+                Err(Some(self.fell_behind()))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
+        }
+    }
+
+    /// Sends every stored event after `position`, page by page, at the
+    /// client's pace (bounded by the stall limit).
+    async fn catch_up(&mut self) -> Result<(), End> {
+        loop {
+            let page = self
+                .store
+                .events_after(self.position, Some(&self.tenant), PAGE)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "watch replay failed");
+                    Some(Status::unavailable(format!(
+                        "event log unavailable: resume from cursor {}",
+                        self.position
+                    )))
+                })?;
+            let short = page.len() < PAGE as usize;
+            for event in page {
+                if self.filter.matches(&event) {
+                    let sent = tokio::time::timeout(
+                        self.config.stall,
+                        self.tx.send(notification(&event, self.agent)),
+                    )
+                    .await;
+                    match sent {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return Err(None),
+                        Err(_) => {
+                            metrics::counter!("countersign_watch_cut_off_total").increment(1);
+                            return Err(Some(self.fell_behind()));
+                        }
+                    }
+                }
+                self.position = event.cursor;
+            }
+            if short {
+                return Ok(());
+            }
+        }
+    }
+
+    fn fell_behind(&self) -> Status {
+        Status::resource_exhausted(format!(
+            "watcher fell behind: resume from cursor {}",
+            self.position
+        ))
+    }
+}
