@@ -28,8 +28,14 @@ fn serve(dir: &Path) -> Server {
 }
 
 fn serve_with(dir: &Path, extra: &[&str]) -> Server {
+    let listen = if extra.contains(&"--listen") {
+        &[][..]
+    } else {
+        &["--listen", "127.0.0.1:0"][..]
+    };
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .arg("serve")
+        .args(listen)
         .args(extra)
         .current_dir(dir)
         .env_remove("COUNTERSIGN_DATABASE_URL")
@@ -388,4 +394,126 @@ fn an_api_process_and_a_worker_process_share_the_embedded_database() {
         "{decided}"
     );
     drop(api);
+}
+
+/// Reads a child's stdout lines on a thread, so a test can wait with a limit.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn next_line(lines: &std::sync::mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a line in time")
+}
+
+#[test]
+fn watch_follows_the_stream_and_resumes_by_itself_when_the_server_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let server = serve_with(dir.path(), &["--listen", &listen]);
+    let endpoint = server.endpoint.clone();
+    let key_file = dir.path().join("countersign-data/admin.key");
+    let env = [
+        ("COUNTERSIGN_ENDPOINT", endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY_FILE", key_file.to_str().unwrap()),
+    ];
+    let submit = [
+        "submit",
+        "--wait",
+        "--action",
+        "drain",
+        "--class",
+        "write",
+        "--target",
+        "t1",
+        "--reason",
+        "r",
+        "--blast-radius",
+        "cluster",
+    ];
+    let (ok, _, err) = countersign(dir.path(), &submit, &env);
+    assert!(!ok, "no SOP: rejected (exit 3) {err}");
+
+    let mut watcher = Command::new(BIN)
+        .args(["watch", "--after", "0", "--json"])
+        .current_dir(dir.path())
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut watcher);
+    let mut events: Vec<serde_json::Value> = (0..3)
+        .map(|_| serde_json::from_str(&next_line(&lines)).unwrap())
+        .collect();
+
+    drop(server);
+    let server = serve_with(dir.path(), &["--listen", &listen]);
+    let (ok, _, _) = countersign(dir.path(), &submit, &env);
+    assert!(!ok);
+    events.extend(
+        (0..3).map(|_| serde_json::from_str::<serde_json::Value>(&next_line(&lines)).unwrap()),
+    );
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+
+    let kinds: Vec<_> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "SUBMITTED",
+            "REVIEW_STARTED",
+            "REJECTED",
+            "SUBMITTED",
+            "REVIEW_STARTED",
+            "REJECTED"
+        ]
+    );
+    let cursors: Vec<_> = events
+        .iter()
+        .map(|e| e["cursor"].as_u64().unwrap())
+        .collect();
+    assert!(
+        cursors.windows(2).all(|w| w[0] < w[1]),
+        "in order, none twice: {cursors:?}"
+    );
+    assert_ne!(events[0]["proposal"]["id"], events[3]["proposal"]["id"]);
+
+    // For people: one line per event, outcome and missing gates.
+    let mut readable = Command::new(BIN)
+        .args(["watch", "--after", "0", "--terminal-only"])
+        .current_dir(dir.path())
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut readable);
+    let line = next_line(&lines);
+    let _ = readable.kill();
+    let _ = readable.wait();
+    assert!(
+        line.contains("drain t1 → REJECTED") && line.contains("missing: sop"),
+        "{line}"
+    );
+    drop(server);
 }

@@ -79,6 +79,13 @@ pub enum ClientCommandWithArgs {
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         timeout: Duration,
     },
+    /// Follow the tenant's review stream (resumes by itself after a disconnect).
+    Watch {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(flatten)]
+        args: crate::watch::WatchArgs,
+    },
     /// SOPs: put, get, list, retire.
     Sop {
         #[command(flatten)]
@@ -183,6 +190,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 ClientCommandWithArgs::Await { conn, id, timeout } => {
                     (conn, ClientCommand::Await { id, timeout })
+                }
+                ClientCommandWithArgs::Watch { conn, args } => {
+                    return crate::watch::run(&conn, args).await;
                 }
                 ClientCommandWithArgs::Sop { conn, command } => {
                     return crate::reference::run_sop(&conn, command).await;

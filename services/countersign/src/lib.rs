@@ -9,3 +9,4 @@ pub mod serve;
 pub mod settings;
 pub mod spec_input;
 pub mod telemetry;
+pub mod watch;

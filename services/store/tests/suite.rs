@@ -3,7 +3,7 @@
 
 use countersign_domain::{BlastRadius, OperationClass, ProposalSpec, ProposalState, Role, api_key};
 use countersign_store::{
-    DynStore, NewApiKey, NewProposal, StoreError, SubmitOutcome, TenantPolicy,
+    DynStore, EventKind, NewApiKey, NewProposal, StoreError, SubmitOutcome, TenantPolicy,
 };
 
 fn spec(key: &str) -> ProposalSpec {
@@ -185,6 +185,61 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
         store.cancel_proposal("a", &id, "again").await,
         Err(StoreError::FailedPrecondition(_))
     ));
+}
+
+pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was(
+    store: DynStore,
+) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let first = store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    store.insert_proposal(new_proposal("b", "")).await.unwrap();
+    let first = first.proposal().id.clone();
+    store.cancel_proposal("a", &first, "no").await.unwrap();
+
+    let all = store.events_after(0, None, 100).await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert!(all.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    let of_a = store.events_after(0, Some("a"), 100).await.unwrap();
+    let kinds: Vec<_> = of_a.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Submitted, EventKind::Cancelled]);
+    assert_eq!(of_a[0].proposal.state, ProposalState::Pending);
+    assert_eq!(
+        of_a[0].proposal.cancel_reason, None,
+        "not cancelled yet then"
+    );
+    assert_eq!(of_a[1].proposal.state, ProposalState::Cancelled);
+    assert_eq!(of_a[1].proposal.cancel_reason.as_deref(), Some("no"));
+    let after_first = store
+        .events_after(of_a[0].cursor, Some("a"), 100)
+        .await
+        .unwrap();
+    assert_eq!(after_first, of_a[1..]);
+    assert_eq!(store.events_after(0, None, 1).await.unwrap().len(), 1);
+    let horizon = store.event_horizon().await.unwrap();
+    assert_eq!((horizon.pruned_through, horizon.latest), (0, all[2].cursor));
+}
+
+pub async fn pruning_moves_the_horizon_and_keeps_newer_events(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    for _ in 0..3 {
+        store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    }
+    let before = store.events_after(0, None, 100).await.unwrap();
+    let cutoff = before[2].created_at + 1;
+    assert_eq!(store.prune_events(cutoff).await.unwrap(), 3);
+    assert_eq!(store.prune_events(cutoff).await.unwrap(), 0, "idempotent");
+    let horizon = store.event_horizon().await.unwrap();
+    assert_eq!(horizon.pruned_through, before[2].cursor);
+    assert_eq!(
+        horizon.latest, before[2].cursor,
+        "the newest cursor is kept"
+    );
+    assert!(horizon.is_pruned(before[0].cursor));
+    store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    let kept = store.events_after(0, None, 100).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].cursor > before[2].cursor, "cursors never go back");
 }
 
 async fn put_online(store: &DynStore, tenant: &str, id: &str, cluster: &str) {
@@ -393,4 +448,6 @@ store_suite!(sqlite, crate::backends::sqlite;
     review_facts_find_exactly_the_overlapping_earlier_operations,
     an_approval_blocks_overlapping_operations_for_the_window,
     an_approval_whose_sop_was_retired_before_commit_is_stale,
+    events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
+    pruning_moves_the_horizon_and_keeps_newer_events,
 );
