@@ -1,24 +1,16 @@
-//! A smoke run of the load generator, so the harness cannot rot. It checks
-//! that a run completes and accounts for every proposal; it asserts no timing.
+//! Smoke runs of the load generator, so the harness cannot rot. They check
+//! that a run completes and accounts for every proposal; they assert no timing.
 
 use std::process::Command;
 
-#[test]
-fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
+/// Runs `countersign bench <args>` and returns its JSON report.
+fn bench(args: &[&str]) -> serde_json::Value {
     let out = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_countersign"))
         .args(["bench", "--out-dir"])
         .arg(out.path())
         .args(["--baseline-time", "200ms", "--reviewers", "2"])
-        .args([
-            "submit-decide",
-            "--proposals",
-            "40",
-            "--clients",
-            "4",
-            "--reject-ratio",
-            "0.25",
-        ])
+        .args(args)
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .output()
         .unwrap();
@@ -29,7 +21,7 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
-        stdout.contains("submit-decide") && stdout.contains("ratio"),
+        stdout.contains(args[0]) && stdout.contains("ratio"),
         "{stdout}"
     );
     let file = std::fs::read_dir(out.path())
@@ -40,9 +32,7 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
         .path();
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
-    assert_eq!(report["scenario"], "submit-decide");
-    assert_eq!(report["outcomes"]["approved"], 30, "{report}");
-    assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
+    assert_eq!(report["scenario"], args[0]);
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
     assert!(
         report["baselines"]["sqlite_single_row_inserts_per_s"]
@@ -50,5 +40,43 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
             .unwrap()
             > 0.0
     );
-    assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+    report
+}
+
+#[test]
+fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
+    for via in ["await", "watch"] {
+        let report = bench(&[
+            "submit-decide",
+            "--proposals",
+            "40",
+            "--clients",
+            "4",
+            "--reject-ratio",
+            "0.25",
+            "--via",
+            via,
+        ]);
+        assert_eq!(report["outcomes"]["approved"], 30, "{report}");
+        assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
+        assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+    }
+}
+
+#[test]
+fn a_tiny_watch_fanout_run_delivers_every_decision_to_every_watcher() {
+    let report = bench(&[
+        "watch-fanout",
+        "--watchers",
+        "3",
+        "--rate",
+        "20",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(report["outcomes"]["decisions submitted"], 20, "{report}");
+    assert_eq!(
+        report["outcomes"]["decisions delivered (all watchers)"], 60,
+        "{report}"
+    );
 }

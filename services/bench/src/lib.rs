@@ -4,9 +4,11 @@
 //! same run. Results also go to a JSON file per run.
 
 mod baseline;
+mod board;
 mod report;
 mod scenario;
 mod server;
+mod watch_fanout;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -35,6 +37,8 @@ pub enum Scenario {
     SubmitDecide(LoadArgs),
     /// One tenant floods while another submits a trickle; the trickle's latency.
     NoisyNeighbour(NoisyArgs),
+    /// K watchers on one tenant while proposals are decided at a set rate.
+    WatchFanout(FanoutArgs),
     /// Only the machine's baselines (SQLite single-row inserts).
     Baseline,
 }
@@ -56,6 +60,17 @@ pub struct LoadArgs {
     /// Give up on one decision after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub decision_timeout: Duration,
+    /// How clients learn decisions: one `AwaitDecision` per proposal, or one
+    /// shared `Watch` stream (terminal events only).
+    #[arg(long, value_enum, default_value_t = Via::Await)]
+    pub via: Via,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    Await,
+    Watch,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -71,11 +86,28 @@ pub struct NoisyArgs {
     pub duration: Duration,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct FanoutArgs {
+    /// Watchers, each on its own connection.
+    #[arg(long, default_value = "200")]
+    pub watchers: u64,
+    /// Proposals submitted (and decided) per second.
+    #[arg(long, default_value = "500")]
+    pub rate: u64,
+    /// How long to submit.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Watch every event, not only decisions.
+    #[arg(long)]
+    pub all_events: bool,
+}
+
 /// Runs one scenario, prints its table and writes its JSON; returns the report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let report = match &args.scenario {
         Scenario::SubmitDecide(load) => scenario::submit_decide(&args, load).await?,
         Scenario::NoisyNeighbour(noisy) => scenario::noisy_neighbour(&args, noisy).await?,
+        Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
         Scenario::Baseline => scenario::baseline_only(args.baseline_time).await?,
     };
     print!("{}", report.table());

@@ -28,7 +28,8 @@ use tonic::{
 };
 
 use crate::{
-    BenchArgs, LoadArgs, NoisyArgs, baseline,
+    BenchArgs, LoadArgs, NoisyArgs, Via, baseline,
+    board::Board,
     report::{Machine, Percentiles, Report, ServerUsage},
     server::{Server, Usage},
 };
@@ -38,7 +39,7 @@ type Proposals = ProposalServiceClient<InterceptedService<Channel, BearerAuth>>;
 /// At most this many targets are seeded ONLINE; passing proposals go
 /// round-robin over them (with one proposal in flight per client, no two
 /// overlap).
-const MAX_TARGETS: u64 = 1024;
+pub(crate) const MAX_TARGETS: u64 = 1024;
 
 /// What every load task records.
 #[derive(Default)]
@@ -66,7 +67,7 @@ impl Tally {
     }
 }
 
-async fn channel(endpoint: &str) -> anyhow::Result<Channel> {
+pub(crate) async fn channel(endpoint: &str) -> anyhow::Result<Channel> {
     Ok(Endpoint::from_shared(endpoint.to_owned())?
         .connect()
         .await?)
@@ -80,7 +81,7 @@ async fn proposals(endpoint: &str, key: &str) -> anyhow::Result<Proposals> {
 }
 
 /// An SOP that covers `bench_restart` everywhere, and the pool of ONLINE targets.
-async fn seed(server: &Server, tenant: &str, pool: u64) -> anyhow::Result<String> {
+pub(crate) async fn seed(server: &Server, tenant: &str, pool: u64) -> anyhow::Result<String> {
     if tenant != "default" {
         server.admin(&["admin", "tenant", "create", tenant])?;
     }
@@ -129,7 +130,7 @@ async fn seed(server: &Server, tenant: &str, pool: u64) -> anyhow::Result<String
     Ok(key)
 }
 
-fn spec(n: u64, reject: bool, pool: u64) -> v1::ProposalSpec {
+pub(crate) fn spec(n: u64, reject: bool, pool: u64) -> v1::ProposalSpec {
     v1::ProposalSpec {
         action: "bench_restart".into(),
         class: v1::OperationClass::Write as i32,
@@ -147,7 +148,7 @@ fn spec(n: u64, reject: bool, pool: u64) -> v1::ProposalSpec {
 }
 
 /// Whether the `n`th proposal is built to fail, spreading `ratio` evenly.
-fn is_reject(n: u64, ratio: f64) -> bool {
+pub(crate) fn is_reject(n: u64, ratio: f64) -> bool {
     ((n + 1) as f64 * ratio).floor() > (n as f64 * ratio).floor()
 }
 
@@ -157,6 +158,7 @@ async fn submit_and_await(
     (n, reject, pool): (u64, bool, u64),
     timeout: Duration,
     tally: &Mutex<Tally>,
+    board: Option<&Board>,
 ) {
     let started = Instant::now();
     let submitted = client
@@ -172,9 +174,18 @@ async fn submit_and_await(
             return;
         }
     };
-    let mut request = tonic::Request::new(AwaitDecisionRequest { id });
-    request.set_timeout(timeout);
-    let decided = client.await_decision(request).await;
+    let decided = match board {
+        Some(board) => board
+            .decision(&id, timeout)
+            .await
+            .map(tonic::Response::new)
+            .ok_or_else(|| tonic::Status::deadline_exceeded("no decision on the stream")),
+        None => {
+            let mut request = tonic::Request::new(AwaitDecisionRequest { id });
+            request.set_timeout(timeout);
+            client.await_decision(request).await
+        }
+    };
     let decision_us = started.elapsed().as_micros() as u64;
     let mut t = tally.lock().await;
     let _ = t
@@ -202,7 +213,7 @@ async fn submit_and_await(
     }
 }
 
-fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
+pub(crate) fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
     let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
     ServerUsage {
         cpu_seconds: cpu,
@@ -212,7 +223,7 @@ fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
     }
 }
 
-fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
@@ -226,6 +237,10 @@ async fn drive(
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<Duration> {
     let next = Arc::new(AtomicU64::new(0));
+    let board = match load.via {
+        Via::Await => None,
+        Via::Watch => Some(Board::open(endpoint, key).await?),
+    };
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     match load.rate {
@@ -233,6 +248,7 @@ async fn drive(
             for _ in 0..load.clients.max(1) {
                 let mut client = proposals(endpoint, key).await?;
                 let (next, tally, load) = (next.clone(), tally.clone(), load.clone());
+                let board = board.clone();
                 tasks.spawn(async move {
                     loop {
                         let n = next.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +257,14 @@ async fn drive(
                         }
                         let reject = is_reject(n, load.reject_ratio);
                         let shot = (n, reject, pool);
-                        submit_and_await(&mut client, shot, load.decision_timeout, &tally).await;
+                        submit_and_await(
+                            &mut client,
+                            shot,
+                            load.decision_timeout,
+                            &tally,
+                            board.as_ref(),
+                        )
+                        .await;
                     }
                 });
             }
@@ -255,7 +278,7 @@ async fn drive(
             for n in 0..load.proposals {
                 tick.tick().await;
                 let mut client = clients[(n % clients.len() as u64) as usize].clone();
-                let (tally, load) = (tally.clone(), load.clone());
+                let (tally, load, board) = (tally.clone(), load.clone(), board.clone());
                 tasks.spawn(async move {
                     let reject = is_reject(n, load.reject_ratio);
                     submit_and_await(
@@ -263,6 +286,7 @@ async fn drive(
                         (n, reject, pool),
                         load.decision_timeout,
                         &tally,
+                        board.as_ref(),
                     )
                     .await;
                 });
@@ -292,7 +316,7 @@ pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<
         machine: Machine::here(),
         params: json!({
             "proposals": load.proposals, "clients": load.clients, "rate": load.rate,
-            "reject_ratio": load.reject_ratio, "reviewers": args.reviewers,
+            "reject_ratio": load.reject_ratio, "reviewers": args.reviewers, "via": load.via,
             "backend": "embedded (SQLite + embedded queue)",
         }),
         duration_s: wall.as_secs_f64(),
@@ -340,6 +364,7 @@ async fn trickle(
                 (n, false, MAX_TARGETS),
                 Duration::from_secs(60),
                 &tally,
+                None,
             )
             .await;
         });
@@ -384,6 +409,7 @@ pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Res
                     (n, false, MAX_TARGETS),
                     Duration::from_secs(60),
                     &flood,
+                    None,
                 )
                 .await;
                 n += 1;
