@@ -314,9 +314,34 @@ fn admin_commands_manage_tenants_keys_and_policy() {
         "5m",
         "--allow-force-approve-no-sop",
         "true",
+        "--breaker-threshold",
+        "5",
+        "--breaker-window",
+        "2m",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("5m") && out.contains("true"), "{out}");
+    assert!(out.contains("5 rejections in 2m"), "{out}");
+    let (ok, out, err) = run(&[
+        "admin",
+        "breaker",
+        "reset",
+        "--tenant",
+        "acme",
+        "--operator",
+        "agent-7",
+    ]);
+    assert!(ok && out.contains("reset"), "{out}{err}");
+    let (ok, _, err) = run(&[
+        "admin",
+        "breaker",
+        "reset",
+        "--tenant",
+        "ghost",
+        "--operator",
+        "agent-7",
+    ]);
+    assert!(!ok && err.contains("not found"), "{err}");
     let (ok, key, err) = run(&[
         "admin", "key", "create", "--tenant", "acme", "--role", "auditor", "--agent",
     ]);

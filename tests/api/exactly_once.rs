@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The terminal events of one proposal (there must be exactly one).
 fn terminal(events: &[StoreEvent]) -> usize {
-    events.iter().filter(|e| e.state.is_terminal()).count()
+    events.iter().filter(|e| e.kind.is_terminal()).count()
 }
 
 async fn decisions(app: &TestApp) -> i64 {
@@ -96,6 +96,8 @@ async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
     for n in 0..150 {
         let mut spec = valid_spec();
         spec.target = format!("node-0{}", 1 + n % 3);
+        // Parallel-gate rejections galore: one operator each, so no breaker opens.
+        spec.operator = format!("op-{n}");
         ids.push(app.submit_id(&key, spec).await);
     }
     wait_until_all_terminal(&app.store, "acme", &ids).await;
@@ -158,8 +160,10 @@ async fn cancels_racing_live_reviewers_leave_either_a_cancel_or_one_decision() {
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
     let mut ids = Vec::new();
-    for _ in 0..40 {
-        let id = app.submit_id(&key, valid_spec()).await;
+    for n in 0..40 {
+        let mut spec = valid_spec();
+        spec.operator = format!("op-{n}"); // rejections spread: no breaker opens
+        let id = app.submit_id(&key, spec).await;
         let _ = app.cancel(&key, &id).await; // may lose the race: FAILED_PRECONDITION
         ids.push(id);
     }

@@ -15,5 +15,6 @@ mod reference;
 mod review;
 mod roles;
 mod service;
+mod suppression;
 mod validation;
 mod watch;

@@ -193,6 +193,9 @@ async fn force_approve_no_sop_needs_the_tenants_permission() {
     policy.allow_force_approve_no_sop = true;
     policy.parallel_window_ms = 0;
     app.store.set_tenant_policy("acme", policy).await.unwrap();
+    // The API reads policy through its credential cache (1 s): once it sees the
+    // change, the earlier rejection no longer answers this identical call.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let id = app.submit_id(&key, spec).await;
     let p = app.await_decision(&key, &id, WAIT).await.unwrap();
     assert_eq!(p.state, ProposalState::Approved as i32, "{:?}", p.decision);

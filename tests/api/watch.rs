@@ -47,7 +47,14 @@ async fn submit_many(app: &TestApp, key: &str, n: usize, clients: usize) -> Vec<
             let mut ids = Vec::new();
             for i in (c..n).step_by(clients) {
                 let mut spec = valid_spec();
-                spec.target = if i % 2 == 0 { "node-01" } else { "ghost" }.into();
+                // Every rejection its own call and its own operator: neither
+                // suppressed nor counted against one operator's breaker.
+                spec.target = if i % 2 == 0 {
+                    "node-01".to_owned()
+                } else {
+                    format!("ghost-{i}")
+                };
+                spec.operator = format!("op-{i}");
                 spec.parameters = None;
                 spec.reason = format!("change {i}");
                 let response = client

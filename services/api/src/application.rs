@@ -20,9 +20,10 @@ use tower::ServiceBuilder;
 use crate::{
     RateLimit, Timeouts,
     directory::{self, Directory},
-    fanout::{Fanout, WatchConfig, spawn_pump},
+    fanout::{Fanout, Observer, WatchConfig, spawn_pump},
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
     services::{NotificationApi, ProposalApi, SopApi, TargetApi},
+    suppression::{Suppression, SuppressionConfig, spawn_maintenance},
 };
 
 /// The largest message the server decodes.
@@ -36,6 +37,7 @@ pub struct ApiConfig {
     /// How long a looked-up credential or tenant is reused (0 = never).
     pub credential_cache_ttl: Duration,
     pub watch: WatchConfig,
+    pub suppression: SuppressionConfig,
 }
 
 impl Default for ApiConfig {
@@ -46,6 +48,7 @@ impl Default for ApiConfig {
             timeouts: Timeouts::default(),
             credential_cache_ttl: directory::DEFAULT_TTL,
             watch: WatchConfig::default(),
+            suppression: SuppressionConfig::default(),
         }
     }
 }
@@ -111,20 +114,27 @@ impl Application {
             .layer(MetricsLayer)
             .into_inner();
 
-        let fanout = Fanout::new(self.config.watch.ring);
+        let suppression = Arc::new(Suppression::new(self.config.suppression));
+        let observers: Vec<Arc<dyn Observer>> = vec![suppression.clone()];
+        let fanout = Fanout::new(self.config.watch.ring, observers);
         let pump = spawn_pump(fanout.clone(), self.store.clone(), self.config.watch);
-        let proposals =
-            ProposalServiceServer::new(ProposalApi::new(self.store.clone(), fanout.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let maintenance =
+            spawn_maintenance(suppression.clone(), self.store.clone(), fanout.closing());
+        let proposals = ProposalServiceServer::new(ProposalApi::new(
+            self.store.clone(),
+            fanout.clone(),
+            suppression.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let notifications = NotificationServiceServer::new(NotificationApi::new(
             self.store.clone(),
             fanout.clone(),
             self.config.watch,
         ))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let sops = SopServiceServer::new(SopApi::new(self.store.clone()))
+        let sops = SopServiceServer::new(SopApi::new(self.store.clone(), suppression.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let targets = TargetServiceServer::new(TargetApi::new(self.store.clone()))
+        let targets = TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
 
         set_all(&health, ServingStatus::Serving).await;
@@ -153,6 +163,7 @@ impl Application {
             )
             .await?;
         let _ = pump.await;
+        let _ = maintenance.await;
         Ok(())
     }
 }

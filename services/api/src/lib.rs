@@ -7,6 +7,7 @@ pub mod directory;
 pub mod fanout;
 pub mod layers;
 pub mod services;
+pub mod suppression;
 
 pub use application::{ApiConfig, Application};
 pub use layers::{rate_limit::RateLimit, timeout::Timeouts};

@@ -86,7 +86,17 @@ pub(crate) async fn seed(server: &Server, tenant: &str, pool: u64) -> anyhow::Re
         server.admin(&["admin", "tenant", "create", tenant])?;
     }
     // Approvals should not block the next proposal on the same target.
-    server.admin(&["admin", "tenant", "set", tenant, "--parallel-window", "0s"])?;
+    // Nor should the bench operator's rejections open its breaker.
+    server.admin(&[
+        "admin",
+        "tenant",
+        "set",
+        tenant,
+        "--parallel-window",
+        "0s",
+        "--breaker-threshold",
+        "0",
+    ])?;
     let admin = server.admin(&[
         "admin", "key", "create", "--tenant", tenant, "--role", "admin",
     ])?;

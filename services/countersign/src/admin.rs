@@ -21,6 +21,11 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Operator breakers.
+    Breaker {
+        #[command(subcommand)]
+        command: BreakerCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,6 +45,24 @@ pub enum TenantCommand {
         /// Whether `force_approve_no_sop` may stand in for a missing SOP.
         #[arg(long, action = clap::ArgAction::Set)]
         allow_force_approve_no_sop: Option<bool>,
+        /// Rejections of one operator within the breaker window that open
+        /// their breaker (0: never).
+        #[arg(long)]
+        breaker_threshold: Option<u32>,
+        /// The breaker's window (e.g. `5m`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        breaker_window: Option<Duration>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BreakerCommand {
+    /// Close an operator's breaker now: their next submission is reviewed.
+    Reset {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        operator: String,
     },
 }
 
@@ -88,6 +111,17 @@ fn print_tenant(tenant: &Tenant) {
         "allow force_approve_no_sop  {}",
         tenant.policy.allow_force_approve_no_sop
     );
+    println!(
+        "breaker                     {} rejections in {}",
+        tenant.policy.breaker_threshold,
+        humantime::format_duration(Duration::from_millis(
+            tenant.policy.breaker_window_ms as u64
+        ))
+    );
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Result<()> {
@@ -114,6 +148,8 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                 name,
                 parallel_window,
                 allow_force_approve_no_sop,
+                breaker_threshold,
+                breaker_window,
             } => {
                 let current = store
                     .get_tenant(&name)
@@ -121,14 +157,25 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                     .ok_or_else(|| anyhow::anyhow!("tenant `{name}` not found"))?;
                 let policy = TenantPolicy {
                     parallel_window_ms: parallel_window
-                        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                        .map(millis)
                         .unwrap_or(current.policy.parallel_window_ms),
                     allow_force_approve_no_sop: allow_force_approve_no_sop
                         .unwrap_or(current.policy.allow_force_approve_no_sop),
+                    breaker_threshold: breaker_threshold
+                        .unwrap_or(current.policy.breaker_threshold),
+                    breaker_window_ms: breaker_window
+                        .map(millis)
+                        .unwrap_or(current.policy.breaker_window_ms),
                 };
                 print_tenant(&store.set_tenant_policy(&name, policy).await?);
             }
         },
+        AdminCommand::Breaker {
+            command: BreakerCommand::Reset { tenant, operator },
+        } => {
+            store.reset_breaker(&tenant, &operator).await?;
+            println!("breaker of {operator} in {tenant} reset");
+        }
         AdminCommand::Key { command } => match command {
             KeyCommand::Create {
                 tenant,

@@ -141,6 +141,16 @@ pub struct ServeArgs {
     /// How long events are kept for watchers to resume from (e.g. `7d`).
     #[arg(long, env = "COUNTERSIGN_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub event_retention: Duration,
+    /// Rejections kept to answer identical retries at once.
+    #[arg(
+        long,
+        env = "COUNTERSIGN_SUPPRESSION_CAPACITY",
+        default_value = "10000"
+    )]
+    pub suppression_capacity: u64,
+    /// How long a rejection answers identical retries (e.g. `10m`).
+    #[arg(long, env = "COUNTERSIGN_SUPPRESSION_TTL", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub suppression_ttl: Duration,
     /// What this process runs: the API and the reviewers, or one of them.
     #[arg(long, env = "COUNTERSIGN_ROLE", value_enum, default_value_t = Role::All)]
     pub role: Role,

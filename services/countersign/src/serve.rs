@@ -1,7 +1,10 @@
 //! `countersign serve`: migrate, bootstrap on first start, run the API and/or
 //! the reviewers until SIGINT or SIGTERM.
 
-use countersign_api::{ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig};
+use countersign_api::{
+    ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig,
+    suppression::SuppressionConfig,
+};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 
 use crate::{
@@ -59,6 +62,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 buffer: args.watch_buffer,
                 retention: args.event_retention,
                 ..WatchConfig::default()
+            },
+            suppression: SuppressionConfig {
+                capacity: args.suppression_capacity,
+                ttl: args.suppression_ttl,
+                ..SuppressionConfig::default()
             },
         };
         let app = Application::build(config, store).await?;

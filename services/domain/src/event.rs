@@ -13,6 +13,12 @@ crate::named_enum! {
         Rejected => "REJECTED",
         Cancelled => "CANCELLED",
         TimedOut => "TIMED_OUT",
+        /// Identical retries of a rejected proposal were answered from the
+        /// suppression cache (one event per batch of retries).
+        Suppressed => "SUPPRESSED",
+        /// This rejection was the operator's K-th within the breaker window:
+        /// their further submissions are refused until it passes or is reset.
+        BreakerTripped => "BREAKER_TRIPPED",
     }
 }
 
@@ -42,8 +48,8 @@ impl Event {
     }
 
     /// Builds the event's view of `current` (the proposal as stored now): the
-    /// state the event recorded, and the decision and cancel reason only on the
-    /// event that ended it.
+    /// state the event recorded, and the decision and cancel reason only once
+    /// that state is terminal.
     pub fn at(
         cursor: u64,
         kind: EventKind,
@@ -53,7 +59,7 @@ impl Event {
     ) -> Event {
         current.state = state;
         current.updated_at = created_at;
-        if !kind.is_terminal() {
+        if !state.is_terminal() {
             current.decision = None;
         }
         if state != ProposalState::Cancelled {

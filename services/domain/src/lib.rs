@@ -15,6 +15,7 @@ pub mod reference;
 pub mod review;
 pub mod role;
 pub mod state;
+pub mod suppression;
 pub mod validation;
 
 pub use api_key::{ApiKeyError, ParsedKey};

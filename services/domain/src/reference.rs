@@ -74,6 +74,10 @@ pub struct TenantPolicy {
     pub parallel_window_ms: Millis,
     /// Whether `force_approve_no_sop` may stand in for a missing SOP.
     pub allow_force_approve_no_sop: bool,
+    /// Rejections of one operator within the breaker window that open their
+    /// breaker (0: never).
+    pub breaker_threshold: u32,
+    pub breaker_window_ms: Millis,
 }
 
 impl Default for TenantPolicy {
@@ -81,6 +85,8 @@ impl Default for TenantPolicy {
         TenantPolicy {
             parallel_window_ms: 10 * 60 * 1000,
             allow_force_approve_no_sop: false,
+            breaker_threshold: 3,
+            breaker_window_ms: 5 * 60 * 1000,
         }
     }
 }

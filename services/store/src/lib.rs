@@ -17,8 +17,9 @@ pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, refer
 pub use error::StoreError;
 pub use sqlite::SqliteStore;
 pub use types::{
-    ApiKeyRecord, BeginReview, BootstrapKey, NewApiKey, NewProposal, OverdueReview, RecordOutcome,
-    ReviewKey, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
+    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
+    RecentRejection, RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant,
+    validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -136,6 +137,16 @@ pub trait Store: Send + Sync + 'static {
     async fn event_horizon(&self) -> Result<EventHorizon>;
     /// Deletes events committed before `created_before`; returns how many.
     async fn prune_events(&self, created_before: Millis) -> Result<u64>;
+
+    /// Adds suppressed retries to rejected proposals and logs one SUPPRESSED
+    /// event for each, in one transaction (a batch of retries, one write).
+    async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()>;
+    /// Closes an operator's breaker now (their earlier rejections stop counting).
+    async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()>;
+    /// Breaker resets at or after `since`, oldest first.
+    async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>>;
+    /// Rejections decided at or after `since` (to rebuild breakers at start).
+    async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>>;
 
     /// State changes as they commit in this process (a wake-up signal; the
     /// events table is the record).

@@ -127,3 +127,19 @@ pub struct OverdueReview {
     pub proposal_id: String,
     pub started_at: Millis,
 }
+
+/// An admin closed an operator's breaker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerReset {
+    pub tenant: String,
+    pub operator: String,
+    pub reset_at: Millis,
+}
+
+/// A recorded rejection, as the breaker counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentRejection {
+    pub tenant: String,
+    pub operator: String,
+    pub decided_at: Millis,
+}

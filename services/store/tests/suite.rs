@@ -66,6 +66,8 @@ pub async fn tenants_are_unique_and_well_named(store: DynStore) {
     let policy = TenantPolicy {
         parallel_window_ms: 5_000,
         allow_force_approve_no_sop: true,
+        breaker_threshold: 7,
+        breaker_window_ms: 60_000,
     };
     assert_eq!(
         store
@@ -355,7 +357,7 @@ pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: Dyn
             "a",
             TenantPolicy {
                 parallel_window_ms: 0,
-                allow_force_approve_no_sop: false,
+                ..TenantPolicy::default()
             },
         )
         .await

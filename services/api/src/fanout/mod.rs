@@ -63,8 +63,14 @@ pub struct Fanout {
     inner: Arc<Inner>,
 }
 
+/// Sees every event the pump publishes, before any watcher does.
+pub trait Observer: Send + Sync {
+    fn observe(&self, event: &countersign_domain::Event);
+}
+
 struct Inner {
     ring: usize,
+    observers: Vec<Arc<dyn Observer>>,
     tenants: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
     waiters: waiters::Registry,
     /// The newest cursor handed out (0 until the pump has started).
@@ -73,10 +79,11 @@ struct Inner {
 }
 
 impl Fanout {
-    pub fn new(ring: usize) -> Self {
+    pub fn new(ring: usize, observers: Vec<Arc<dyn Observer>>) -> Self {
         Fanout {
             inner: Arc::new(Inner {
                 ring: ring.max(1),
+                observers,
                 tenants: Mutex::new(HashMap::new()),
                 waiters: waiters::Registry::default(),
                 position: AtomicU64::new(0),
@@ -121,6 +128,9 @@ impl Fanout {
 
     fn publish(&self, published: Arc<Published>) {
         let cursor = published.event.cursor;
+        for observer in &self.inner.observers {
+            observer.observe(&published.event);
+        }
         if published.event.kind.is_terminal() {
             self.inner.waiters.wake(&published);
         }

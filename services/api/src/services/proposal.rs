@@ -12,10 +12,25 @@ use countersign_proto::{
 use countersign_store::{DynStore, NewProposal, SubmitOutcome};
 use tonic::{Request, Response, Status};
 
+use std::sync::Arc;
+
+use countersign_domain::now_ms;
+
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
+    suppression::{Refusal, Suppression},
 };
+
+/// `5m`, `90s`: a window as people write it.
+fn humantime_like(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
 
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
 
@@ -26,11 +41,16 @@ const AWAIT_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct ProposalApi {
     store: DynStore,
     fanout: Fanout,
+    suppression: Arc<Suppression>,
 }
 
 impl ProposalApi {
-    pub fn new(store: DynStore, fanout: Fanout) -> Self {
-        ProposalApi { store, fanout }
+    pub fn new(store: DynStore, fanout: Fanout, suppression: Arc<Suppression>) -> Self {
+        ProposalApi {
+            store,
+            fanout,
+            suppression,
+        }
     }
 }
 
@@ -52,6 +72,29 @@ impl ProposalService for ProposalApi {
             .ok_or_else(|| Status::invalid_argument("spec: must be set"))?;
         let spec = spec_from_proto(wire).map_err(|e| to_status(&e))?;
         validate_spec(&spec).map_err(|e| to_status(&e))?;
+        let tenant = &caller.tenant;
+        match self
+            .suppression
+            .check(&tenant.name, &tenant.policy, &spec, now_ms())
+        {
+            None => {}
+            Some(Refusal::BreakerOpen { window }) => {
+                return Err(Status::failed_precondition(format!(
+                    "too many rejected proposals from operator `{}`; a human must look \
+                     (the breaker closes {} after the last of them, or when an admin resets it)",
+                    spec.operator,
+                    humantime_like(window)
+                )));
+            }
+            Some(Refusal::Suppressed(entry)) => {
+                tracing::info!(earlier = %entry.proposal.id, "identical retry suppressed");
+                return Ok(Response::new(SubmitResponse {
+                    proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
+                    deduplicated: false,
+                    suppressed: true,
+                }));
+            }
+        }
         let outcome = self
             .store
             .insert_proposal(NewProposal {

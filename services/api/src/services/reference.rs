@@ -14,15 +14,29 @@ use countersign_proto::{
 use countersign_store::{DynStore, StoreError};
 use tonic::{Request, Response, Status};
 
-use crate::context::{Caller, require_id};
+use std::sync::Arc;
+
+use countersign_domain::now_ms;
+
+use crate::{
+    context::{Caller, require_id},
+    suppression::{Scope, Suppression},
+};
 
 pub struct SopApi {
     store: DynStore,
+    suppression: Arc<Suppression>,
 }
 
 impl SopApi {
-    pub fn new(store: DynStore) -> Self {
-        SopApi { store }
+    pub fn new(store: DynStore, suppression: Arc<Suppression>) -> Self {
+        SopApi { store, suppression }
+    }
+
+    /// Rejections of this action may rest on the old SOP: they go.
+    fn changed(&self, tenant: &str, action: &str) {
+        self.suppression
+            .invalidate(tenant, Scope::Action(action.to_owned()), now_ms());
     }
 }
 
@@ -46,6 +60,7 @@ impl SopService for SopApi {
             .put_sop(&caller.tenant.name, input)
             .await
             .map_err(|e| to_status(&e))?;
+        self.changed(&caller.tenant.name, &sop.action);
         tracing::info!(sop = %sop.id, version = sop.version, "SOP put");
         Ok(Response::new(sop_to_proto(&sop)))
     }
@@ -99,6 +114,7 @@ impl SopService for SopApi {
                 StoreError::NotFound(_) => sop_not_found(&id),
                 other => to_status(&other),
             })?;
+        self.changed(&caller.tenant.name, &sop.action);
         tracing::info!(sop = %sop.id, version = sop.version, "SOP retired");
         Ok(Response::new(sop_to_proto(&sop)))
     }
@@ -106,11 +122,12 @@ impl SopService for SopApi {
 
 pub struct TargetApi {
     store: DynStore,
+    suppression: Arc<Suppression>,
 }
 
 impl TargetApi {
-    pub fn new(store: DynStore) -> Self {
-        TargetApi { store }
+    pub fn new(store: DynStore, suppression: Arc<Suppression>) -> Self {
+        TargetApi { store, suppression }
     }
 }
 
@@ -134,6 +151,12 @@ impl TargetService for TargetApi {
             .put_target(&caller.tenant.name, &wire.id, status, labels)
             .await
             .map_err(|e| to_status(&e))?;
+        // Rejections that rested on its old status or labels go.
+        self.suppression.invalidate(
+            &caller.tenant.name,
+            Scope::Target(target.id.clone()),
+            now_ms(),
+        );
         tracing::info!(target_id = %target.id, status = %target.status, "target put");
         Ok(Response::new(target_to_proto(&target)))
     }

@@ -14,6 +14,8 @@ pub fn kind_to_proto(kind: EventKind) -> v1::EventKind {
         EventKind::Rejected => v1::EventKind::Rejected,
         EventKind::Cancelled => v1::EventKind::Cancelled,
         EventKind::TimedOut => v1::EventKind::TimedOut,
+        EventKind::Suppressed => v1::EventKind::Suppressed,
+        EventKind::BreakerTripped => v1::EventKind::BreakerTripped,
     }
 }
 

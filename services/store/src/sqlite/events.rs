@@ -108,7 +108,7 @@ pub async fn after(
     }
     let ended: Vec<&str> = events
         .iter()
-        .filter(|e| e.kind.is_terminal())
+        .filter(|e| e.proposal.state.is_terminal())
         .map(|e| e.proposal.id.as_str())
         .collect();
     if !ended.is_empty() {
@@ -124,7 +124,7 @@ pub async fn after(
             let id: String = row.try_get("proposal_id")?;
             decisions.insert(id, review::decision_from_row(row)?);
         }
-        for event in events.iter_mut().filter(|e| e.kind.is_terminal()) {
+        for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
             event.proposal.decision = decisions.get(&event.proposal.id).cloned();
         }
     }

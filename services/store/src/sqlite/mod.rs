@@ -8,6 +8,7 @@ mod keys;
 mod proposals;
 mod reference;
 mod review;
+mod suppression;
 mod tenants;
 
 use std::{str::FromStr, time::Duration};
@@ -23,8 +24,9 @@ use sqlx::{
 use tokio::sync::broadcast;
 
 use crate::{
-    ApiKeyRecord, BeginReview, BootstrapKey, NewApiKey, NewProposal, OverdueReview, RecordOutcome,
-    Result, ReviewKey, SopInput, Store, StoreEvent, SubmitOutcome, Tenant, TenantPolicy,
+    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
+    RecentRejection, RecordOutcome, Result, ReviewKey, SopInput, Store, StoreEvent, SubmitOutcome,
+    Tenant, TenantPolicy,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -238,6 +240,31 @@ impl Store for SqliteStore {
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {
         events::prune(&self.writer, created_before).await
+    }
+
+    async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
+        suppression::record(&self.writer, counts).await?;
+        // Wake the fan-out: the SUPPRESSED events are in the log.
+        self.publish(Some(StoreEvent {
+            cursor: None,
+            tenant: String::new(),
+            proposal_id: String::new(),
+            kind: countersign_domain::EventKind::Suppressed,
+            state: countersign_domain::ProposalState::Rejected,
+        }));
+        Ok(())
+    }
+
+    async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()> {
+        suppression::reset(&self.writer, tenant, operator).await
+    }
+
+    async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>> {
+        suppression::resets(&self.reader, since).await
+    }
+
+    async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>> {
+        suppression::rejections(&self.reader, since).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

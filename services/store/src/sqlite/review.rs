@@ -443,6 +443,15 @@ pub async fn record_many(
                 "proposals changed under their decisions".into(),
             ));
         }
+        let rejected: Vec<[&str; 2]> = items
+            .iter()
+            .zip(&out)
+            .filter(|((_, d), o)| {
+                d.outcome == DecisionOutcome::Reject && matches!(o, RecordOutcome::Recorded)
+            })
+            .map(|((k, _), _)| [k.tenant.as_str(), k.id.as_str()])
+            .collect();
+        super::suppression::log_trips(&mut tx, &rejected, now).await?;
     }
     tx.commit().await?;
     Ok((out, events))

@@ -15,6 +15,8 @@ fn from_row(row: &SqliteRow) -> Result<Tenant> {
         policy: TenantPolicy {
             parallel_window_ms: row.try_get("parallel_window_ms")?,
             allow_force_approve_no_sop: row.try_get("allow_force_approve_no_sop")?,
+            breaker_threshold: row.try_get::<i64, _>("breaker_threshold")?.max(0) as u32,
+            breaker_window_ms: row.try_get("breaker_window_ms")?,
         },
     })
 }
@@ -23,14 +25,17 @@ async fn insert(conn: &mut SqliteConnection, name: &str) -> Result<Tenant> {
     validate_tenant_name(name)?;
     let defaults = TenantPolicy::default();
     let row = sqlx::query(
-        "INSERT INTO tenants (name, created_at, parallel_window_ms, allow_force_approve_no_sop)
-         VALUES (?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
+        "INSERT INTO tenants (name, created_at, parallel_window_ms, allow_force_approve_no_sop,
+             breaker_threshold, breaker_window_ms)
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
          RETURNING *",
     )
     .bind(name)
     .bind(now_ms())
     .bind(defaults.parallel_window_ms)
     .bind(defaults.allow_force_approve_no_sop)
+    .bind(defaults.breaker_threshold)
+    .bind(defaults.breaker_window_ms)
     .fetch_optional(&mut *conn)
     .await?;
     match row {
@@ -94,17 +99,20 @@ pub async fn list(pool: &SqlitePool) -> Result<Vec<Tenant>> {
 }
 
 pub async fn set_policy(pool: &SqlitePool, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-    if policy.parallel_window_ms < 0 {
+    if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
         return Err(StoreError::InvalidArgument(
-            "parallel window must not be negative".into(),
+            "windows must not be negative".into(),
         ));
     }
     let row = sqlx::query(
-        "UPDATE tenants SET parallel_window_ms = ?, allow_force_approve_no_sop = ?
+        "UPDATE tenants SET parallel_window_ms = ?, allow_force_approve_no_sop = ?,
+             breaker_threshold = ?, breaker_window_ms = ?
          WHERE name = ? RETURNING *",
     )
     .bind(policy.parallel_window_ms)
     .bind(policy.allow_force_approve_no_sop)
+    .bind(policy.breaker_threshold)
+    .bind(policy.breaker_window_ms)
     .bind(name)
     .fetch_optional(pool)
     .await?;

@@ -1,0 +1,15 @@
+-- The operator breaker: K rejections within a window (per tenant) refuse that
+-- operator's further submissions until the window passes or an admin resets it.
+ALTER TABLE tenants ADD COLUMN breaker_threshold  INTEGER NOT NULL DEFAULT 3;
+ALTER TABLE tenants ADD COLUMN breaker_window_ms  INTEGER NOT NULL DEFAULT 300000;
+
+CREATE TABLE breaker_resets (
+    tenant    TEXT    NOT NULL REFERENCES tenants (name),
+    operator  TEXT    NOT NULL,
+    reset_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operator)
+);
+CREATE INDEX breaker_resets_by_time ON breaker_resets (reset_at);
+
+-- An operator's recent rejections, counted when a rejection is recorded.
+CREATE INDEX proposals_operator_state ON proposals (tenant, operator, state, decided_at);

@@ -1,0 +1,267 @@
+//! Retry-loop suppression and operator breakers, as the API applies them.
+//!
+//! Rejections reach [`Suppression`] through the fan-out (so it sees what any
+//! reviewer decided, in this process or another). A Submit whose fingerprint
+//! matches a cached rejection is answered at once with the earlier proposal;
+//! the retry is counted in memory and written in batches. An operator with too
+//! many recent rejections is refused until the window passes or an admin
+//! resets the breaker.
+
+mod maintenance;
+mod tier;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use countersign_domain::{
+    Event, EventKind, Millis, Proposal, ProposalSpec, TenantPolicy,
+    suppression::{Breaker, fingerprint, suppresses_retries},
+};
+use countersign_store::{BreakerReset, RecentRejection, ReviewKey};
+
+pub use maintenance::spawn_maintenance;
+pub use tier::{Entry, LocalTier, SuppressionTier};
+
+/// Rejections older than this are forgotten by breakers (the longest window).
+pub const MAX_BREAKER_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Debug, Clone, Copy)]
+pub struct SuppressionConfig {
+    /// Rejections the cache holds (least recently used go first).
+    pub capacity: u64,
+    /// How long a rejection answers identical retries.
+    pub ttl: Duration,
+    /// How often counted retries are written, and breaker resets read.
+    pub flush_every: Duration,
+}
+
+impl Default for SuppressionConfig {
+    fn default() -> Self {
+        SuppressionConfig {
+            capacity: 10_000,
+            ttl: Duration::from_secs(600),
+            flush_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What changes a rejection's premise: the tenant's SOPs for an action, or a
+/// target's status or labels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Action(String),
+    Target(String),
+    /// The tenant's review policy (it decides, e.g., force_approve_no_sop).
+    Policy,
+}
+
+/// Why a submission is answered without review.
+pub enum Refusal {
+    /// The operator's breaker is open.
+    BreakerOpen { window: Duration },
+    /// An identical call was rejected moments ago.
+    Suppressed(Arc<Entry>),
+}
+
+pub struct Suppression {
+    config: SuppressionConfig,
+    tier: Box<dyn SuppressionTier>,
+    /// When each scope last changed, per tenant.
+    changes: Mutex<HashMap<(String, Scope), Millis>>,
+    /// Retries answered since the last flush, per earlier proposal.
+    retries: Mutex<HashMap<(String, String), u64>>,
+    breakers: Mutex<HashMap<(String, String), Breaker>>,
+    /// The policy each tenant had at its last submission.
+    policies: Mutex<HashMap<String, TenantPolicy>>,
+}
+
+fn millis(d: Duration) -> Millis {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Suppression {
+    pub fn new(config: SuppressionConfig) -> Self {
+        Suppression {
+            config,
+            tier: Box::new(LocalTier::new(config.capacity, config.ttl)),
+            changes: Mutex::default(),
+            retries: Mutex::default(),
+            breakers: Mutex::default(),
+            policies: Mutex::default(),
+        }
+    }
+
+    /// Decides whether `spec` from this tenant is answered without review.
+    pub fn check(
+        &self,
+        tenant: &str,
+        policy: &TenantPolicy,
+        spec: &ProposalSpec,
+        now: Millis,
+    ) -> Option<Refusal> {
+        let breaker_key = (tenant.to_owned(), spec.operator.clone());
+        if let Some(breaker) = self.breakers.lock().expect("breakers").get(&breaker_key)
+            && breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
+        {
+            return Some(Refusal::BreakerOpen {
+                window: Duration::from_millis(policy.breaker_window_ms.max(0) as u64),
+            });
+        }
+        self.notice_policy(tenant, policy, now);
+        let key = cache_key(tenant, spec);
+        let entry = self.tier.get(&key)?;
+        if entry.expires_at <= now
+            || self.changed_since(tenant, &entry.proposal, entry.review_started)
+        {
+            self.tier.remove(&key);
+            return None;
+        }
+        *self
+            .retries
+            .lock()
+            .expect("retries")
+            .entry((tenant.to_owned(), entry.proposal.id.clone()))
+            .or_default() += 1;
+        metrics::counter!("countersign_suppressed_total", "tenant" => tenant.to_owned())
+            .increment(1);
+        Some(Refusal::Suppressed(entry))
+    }
+
+    /// Learns from one published event: rejections feed the cache and the
+    /// operator's breaker.
+    pub fn observe(&self, event: &Event) {
+        match event.kind {
+            EventKind::Rejected => {}
+            EventKind::BreakerTripped => {
+                metrics::counter!("countersign_breaker_trips_total", "tenant" => event.tenant().to_owned())
+                    .increment(1);
+                return;
+            }
+            _ => return,
+        }
+        let proposal = &event.proposal;
+        let Some(decision) = &proposal.decision else {
+            return;
+        };
+        self.breakers
+            .lock()
+            .expect("breakers")
+            .entry((proposal.tenant.clone(), proposal.spec.operator.clone()))
+            .or_default()
+            .record_rejection(decision.decided_at, millis(MAX_BREAKER_WINDOW));
+        if !suppresses_retries(decision) {
+            return;
+        }
+        let review_started = decision.decided_at - decision.review_latency_ms as Millis;
+        if self.changed_since(&proposal.tenant, proposal, review_started) {
+            return; // reviewed against facts that have changed since
+        }
+        let entry = Entry {
+            proposal: Arc::new(proposal.clone()),
+            expires_at: decision.decided_at.saturating_add(millis(self.config.ttl)),
+            review_started,
+        };
+        self.tier
+            .put(cache_key(&proposal.tenant, &proposal.spec), Arc::new(entry));
+        metrics::gauge!("countersign_suppression_cache_entries").set(self.tier.entries() as f64);
+    }
+
+    /// A change to `scope`: rejections that rested on it go.
+    pub fn invalidate(&self, tenant: &str, scope: Scope, now: Millis) {
+        self.changes
+            .lock()
+            .expect("changes")
+            .insert((tenant.to_owned(), scope), now);
+    }
+
+    /// A policy other than the one last seen is a change: rejections reviewed
+    /// under the old one go.
+    fn notice_policy(&self, tenant: &str, policy: &TenantPolicy, now: Millis) {
+        let mut policies = self.policies.lock().expect("policies");
+        match policies.get(tenant) {
+            Some(seen) if seen == policy => {}
+            Some(_) => {
+                policies.insert(tenant.to_owned(), *policy);
+                drop(policies);
+                self.invalidate(tenant, Scope::Policy, now);
+            }
+            None => {
+                policies.insert(tenant.to_owned(), *policy);
+            }
+        }
+    }
+
+    /// Counted retries since the last call.
+    pub fn take_retries(&self) -> Vec<(ReviewKey, u64)> {
+        std::mem::take(&mut *self.retries.lock().expect("retries"))
+            .into_iter()
+            .map(|((tenant, id), n)| (ReviewKey { tenant, id }, n))
+            .collect()
+    }
+
+    /// Puts counts back after a failed write, so none is lost.
+    pub fn restore_retries(&self, counts: Vec<(ReviewKey, u64)>) {
+        let mut retries = self.retries.lock().expect("retries");
+        for (key, n) in counts {
+            *retries.entry((key.tenant, key.id)).or_default() += n;
+        }
+    }
+
+    pub fn apply_reset(&self, reset: &BreakerReset) {
+        self.breakers
+            .lock()
+            .expect("breakers")
+            .entry((reset.tenant.clone(), reset.operator.clone()))
+            .or_default()
+            .reset(reset.reset_at);
+    }
+
+    pub fn remember_rejection(&self, rejection: &RecentRejection) {
+        self.breakers
+            .lock()
+            .expect("breakers")
+            .entry((rejection.tenant.clone(), rejection.operator.clone()))
+            .or_default()
+            .record_rejection(rejection.decided_at, millis(MAX_BREAKER_WINDOW));
+    }
+
+    /// Drops breakers with nothing left in their window.
+    pub fn forget_idle(&self, now: Millis) {
+        self.breakers
+            .lock()
+            .expect("breakers")
+            .retain(|_, b| !b.is_idle(now, millis(MAX_BREAKER_WINDOW)));
+    }
+
+    pub fn cached(&self) -> u64 {
+        self.tier.entries()
+    }
+
+    fn changed_since(&self, tenant: &str, proposal: &Proposal, since: Millis) -> bool {
+        let changes = self.changes.lock().expect("changes");
+        [
+            Scope::Action(proposal.spec.action.clone()),
+            Scope::Target(proposal.spec.target.clone()),
+            Scope::Policy,
+        ]
+        .into_iter()
+        .any(|scope| {
+            changes
+                .get(&(tenant.to_owned(), scope))
+                .is_some_and(|&at| at >= since)
+        })
+    }
+}
+
+impl crate::fanout::Observer for Suppression {
+    fn observe(&self, event: &Event) {
+        Suppression::observe(self, event);
+    }
+}
+
+fn cache_key(tenant: &str, spec: &ProposalSpec) -> String {
+    fingerprint(tenant, spec)
+}

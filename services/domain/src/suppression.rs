@@ -1,0 +1,118 @@
+//! Retry-loop suppression and the operator breaker: the pure parts.
+//!
+//! A rejected proposal's *fingerprint* (tenant, action, target, parameters
+//! with sorted keys, blast radius; never the reason) identifies the same call
+//! made again. [`Breaker`] counts an operator's rejections in a sliding window.
+
+use std::collections::VecDeque;
+
+use sha2::{Digest, Sha256};
+
+use crate::{Decision, DecisionOutcome, Millis, ProposalSpec, gates};
+
+/// SHA-256 (hex) of what makes two submissions "the same call".
+pub fn fingerprint(tenant: &str, spec: &ProposalSpec) -> String {
+    let mut text = String::new();
+    for part in [
+        tenant,
+        &spec.action,
+        &spec.target,
+        spec.blast_radius.as_str(),
+    ] {
+        text.push_str(&serde_json::to_string(part).expect("a string serializes"));
+        text.push('\u{1f}');
+    }
+    canonical(
+        &serde_json::Value::Object(spec.parameters.clone()),
+        &mut text,
+    );
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// JSON with every object's keys sorted, whatever the map's own order.
+fn canonical(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+                out.push(':');
+                canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Whether a rejection may answer identical retries. Not when the only thing
+/// missing is the parallel-operation gate (the caller was told to wait for
+/// another operation, and one who waited must be reviewed), and not when the
+/// review itself failed (no verdict on the proposal at all).
+pub fn suppresses_retries(decision: &Decision) -> bool {
+    decision.outcome == DecisionOutcome::Reject
+        && !decision.missing_gates.iter().any(|g| g == gates::REVIEW)
+        && decision
+            .missing_gates
+            .iter()
+            .any(|g| g != gates::NO_PARALLEL_OPERATION)
+}
+
+/// An operator's recent rejections. Open while `threshold` of them fall within
+/// `window` of now and after the last reset.
+#[derive(Debug, Clone, Default)]
+pub struct Breaker {
+    rejections: VecDeque<Millis>,
+    reset_at: Millis,
+}
+
+impl Breaker {
+    pub fn record_rejection(&mut self, at: Millis, window: Millis) {
+        self.rejections.push_back(at);
+        self.expire(at, window);
+    }
+
+    pub fn reset(&mut self, at: Millis) {
+        self.reset_at = self.reset_at.max(at);
+        self.rejections.retain(|&t| t > at);
+    }
+
+    pub fn is_open(&self, now: Millis, threshold: u32, window: Millis) -> bool {
+        threshold > 0
+            && self
+                .rejections
+                .iter()
+                .filter(|&&t| t > self.reset_at && now - t < window)
+                .count()
+                >= threshold as usize
+    }
+
+    /// Nothing left to remember: the entry can go.
+    pub fn is_idle(&self, now: Millis, window: Millis) -> bool {
+        self.rejections.iter().all(|&t| now - t >= window)
+    }
+
+    fn expire(&mut self, now: Millis, window: Millis) {
+        while self.rejections.front().is_some_and(|&t| now - t >= window) {
+            self.rejections.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
