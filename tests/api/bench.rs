@@ -80,3 +80,10 @@ fn a_tiny_watch_fanout_run_delivers_every_decision_to_every_watcher() {
         "{report}"
     );
 }
+
+#[test]
+fn a_tiny_suppressed_run_answers_every_retry_from_the_cache() {
+    let report = bench(&["suppressed", "--submits", "200", "--clients", "4"]);
+    assert_eq!(report["outcomes"]["suppressed"], 200, "{report}");
+    assert_eq!(report["latencies"]["suppressed submit"]["count"], 200);
+}

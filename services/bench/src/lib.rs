@@ -8,6 +8,7 @@ mod board;
 mod report;
 mod scenario;
 mod server;
+mod suppressed;
 mod watch_fanout;
 
 use std::{path::PathBuf, time::Duration};
@@ -37,6 +38,8 @@ pub enum Scenario {
     SubmitDecide(LoadArgs),
     /// One tenant floods while another submits a trickle; the trickle's latency.
     NoisyNeighbour(NoisyArgs),
+    /// Identical resubmissions of a rejected proposal, answered from the cache.
+    Suppressed(SuppressedArgs),
     /// K watchers on one tenant while proposals are decided at a set rate.
     WatchFanout(FanoutArgs),
     /// Only the machine's baselines (SQLite single-row inserts).
@@ -87,6 +90,16 @@ pub struct NoisyArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct SuppressedArgs {
+    /// Identical resubmissions in all.
+    #[arg(long, default_value = "100000")]
+    pub submits: u64,
+    /// Concurrent clients (closed loop).
+    #[arg(long, default_value = "32")]
+    pub clients: u64,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct FanoutArgs {
     /// Watchers, each on its own connection.
     #[arg(long, default_value = "200")]
@@ -107,6 +120,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let report = match &args.scenario {
         Scenario::SubmitDecide(load) => scenario::submit_decide(&args, load).await?,
         Scenario::NoisyNeighbour(noisy) => scenario::noisy_neighbour(&args, noisy).await?,
+        Scenario::Suppressed(load) => suppressed::suppressed(&args, load).await?,
         Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
         Scenario::Baseline => scenario::baseline_only(args.baseline_time).await?,
     };

@@ -73,7 +73,7 @@ pub(crate) async fn channel(endpoint: &str) -> anyhow::Result<Channel> {
         .await?)
 }
 
-async fn proposals(endpoint: &str, key: &str) -> anyhow::Result<Proposals> {
+pub(crate) async fn proposals(endpoint: &str, key: &str) -> anyhow::Result<Proposals> {
     Ok(ProposalServiceClient::with_interceptor(
         channel(endpoint).await?,
         BearerAuth::new(key)?,

@@ -87,7 +87,7 @@ impl ProposalService for ProposalApi {
                 )));
             }
             Some(Refusal::Suppressed(entry)) => {
-                tracing::info!(earlier = %entry.proposal.id, "identical retry suppressed");
+                tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
                 return Ok(Response::new(SubmitResponse {
                     proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
                     deduplicated: false,
