@@ -144,6 +144,12 @@ pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()
                 if response.deduplicated {
                     println!("(same idempotency key and spec: the earlier proposal)");
                 }
+                if response.suppressed {
+                    println!(
+                        "(suppressed: the same call was rejected moments ago; this is that \
+                         proposal, not a new review)"
+                    );
+                }
                 print!("{}", output::proposal_text(&proposal));
             }
             if args.wait {
