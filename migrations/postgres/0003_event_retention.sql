@@ -5,4 +5,3 @@ CREATE TABLE event_retention (
     pruned_through  BIGINT  NOT NULL
 );
 INSERT INTO event_retention (id, pruned_through) VALUES (1, 0);
-CREATE INDEX events_by_age ON events (created_at);

@@ -11,5 +11,7 @@ CREATE TABLE breaker_resets (
 );
 CREATE INDEX breaker_resets_by_time ON breaker_resets (reset_at);
 
--- An operator's recent rejections, counted when a rejection is recorded.
-CREATE INDEX proposals_operator_state ON proposals (tenant, operator, state, decided_at);
+-- An operator's recent rejections, counted when a rejection is recorded (only
+-- rejected rows are in it, so other state changes do not maintain it).
+CREATE INDEX proposals_operator_rejections ON proposals (tenant, operator, decided_at)
+    WHERE state = 'rejected';

@@ -64,6 +64,31 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
 }
 
 #[test]
+fn a_tiny_growth_run_measures_again_after_seeding_decided_proposals() {
+    let report = bench(&[
+        "submit-decide",
+        "--proposals",
+        "20",
+        "--clients",
+        "2",
+        "--growth",
+        "500",
+    ]);
+    assert_eq!(report["outcomes"]["approved"], 16, "{report}");
+    assert_eq!(report["outcomes"]["grown approved"], 16, "{report}");
+    assert_eq!(
+        report["latencies"]["submit → decision after 500 decided"]["count"],
+        20
+    );
+    assert!(
+        report["ratios"]["grown / empty decisions_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
+
+#[test]
 fn a_tiny_watch_fanout_run_delivers_every_decision_to_every_watcher() {
     let report = bench(&[
         "watch-fanout",

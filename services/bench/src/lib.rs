@@ -5,6 +5,7 @@
 
 mod baseline;
 mod board;
+mod growth;
 mod report;
 mod scenario;
 mod server;
@@ -67,6 +68,10 @@ pub struct LoadArgs {
     /// shared `Watch` stream (terminal events only).
     #[arg(long, value_enum, default_value_t = Via::Await)]
     pub via: Via,
+    /// The growth run: measure, write this many decided proposals straight
+    /// into the database, measure again, and print the ratio.
+    #[arg(long)]
+    pub growth: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

@@ -307,19 +307,95 @@ async fn drive(
     Ok(started.elapsed())
 }
 
+/// One `drive` with its own tally and the server's usage over it.
+struct Measured {
+    tally: Tally,
+    wall: Duration,
+    usage: ServerUsage,
+}
+
+async fn measure(
+    server: &Server,
+    key: &str,
+    load: &LoadArgs,
+    pool: u64,
+) -> anyhow::Result<Measured> {
+    let tally = Arc::new(Mutex::new(Tally::new()));
+    let before = server.usage();
+    let wall = drive(&server.endpoint, key, load, pool, tally.clone()).await?;
+    let after = server.usage();
+    let tally = std::mem::take(&mut *tally.lock().await);
+    Ok(Measured {
+        tally,
+        wall,
+        usage: usage_between(before, after, wall),
+    })
+}
+
+impl Measured {
+    fn throughput(&self) -> f64 {
+        self.tally.outcomes.values().sum::<u64>() as f64 / self.wall.as_secs_f64()
+    }
+
+    fn decision(&self) -> Percentiles {
+        Percentiles::of(self.tally.decision.as_ref().expect("histogram"))
+    }
+}
+
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
-    let server = Server::start(args.reviewers)?;
+    let mut server = Server::start(args.reviewers)?;
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
-    let tally = Arc::new(Mutex::new(Tally::new()));
-    let before = server.usage();
-    let wall = drive(&server.endpoint, &key, load, pool, tally.clone()).await?;
-    let after = server.usage();
-    let t = tally.lock().await;
-    let decided: u64 = t.outcomes.values().sum();
-    let throughput = decided as f64 / wall.as_secs_f64();
+    let empty = measure(&server, &key, load, pool).await?;
+    let mut latencies = BTreeMap::from([
+        (
+            "submit".to_owned(),
+            Percentiles::of(empty.tally.submit.as_ref().expect("histogram")),
+        ),
+        ("submit → decision".to_owned(), empty.decision()),
+    ]);
+    let mut ratios = BTreeMap::from([(
+        "decisions_per_s / sqlite_inserts_per_s".to_owned(),
+        empty.throughput() / sqlite,
+    )]);
+    let mut outcomes = empty.tally.outcomes.clone();
+    let mut errors = empty.tally.errors.clone();
+    let mut baselines = BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]);
+    let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
+    if let Some(rows) = load.growth {
+        let seeded =
+            crate::growth::seed_decided(&server.data_dir.path().join("countersign.db"), rows, pool)
+                .await?;
+        baselines.insert(
+            "growth_seed_rows_per_s".to_owned(),
+            rows as f64 / seeded.as_secs_f64(),
+        );
+        // A server that starts on the full database (its fan-out starts at the
+        // newest event rather than replaying the seed to no one).
+        server.restart()?;
+        let grown = measure(&server, &key, load, pool).await?;
+        latencies.insert(
+            format!("submit → decision after {rows} decided"),
+            grown.decision(),
+        );
+        ratios.insert(
+            "grown / empty decisions_per_s".to_owned(),
+            grown.throughput() / empty.throughput(),
+        );
+        ratios.insert(
+            "grown / empty decision p99".to_owned(),
+            grown.decision().p99_ms / empty.decision().p99_ms.max(1e-9),
+        );
+        for (k, v) in &grown.tally.outcomes {
+            *outcomes.entry(format!("grown {k}")).or_default() += v;
+        }
+        for (k, v) in &grown.tally.errors {
+            *errors.entry(format!("grown {k}")).or_default() += v;
+        }
+        headline = (grown.throughput(), grown.wall, grown.usage.clone());
+    }
     Ok(Report {
         scenario: "submit-decide".into(),
         started_at,
@@ -327,28 +403,16 @@ pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<
         params: json!({
             "proposals": load.proposals, "clients": load.clients, "rate": load.rate,
             "reject_ratio": load.reject_ratio, "reviewers": args.reviewers, "via": load.via,
-            "backend": "embedded (SQLite + embedded queue)",
+            "growth": load.growth, "backend": "embedded (SQLite + embedded queue)",
         }),
-        duration_s: wall.as_secs_f64(),
-        throughput_per_s: throughput,
-        latencies: BTreeMap::from([
-            (
-                "submit".to_owned(),
-                Percentiles::of(t.submit.as_ref().expect("histogram")),
-            ),
-            (
-                "submit → decision".to_owned(),
-                Percentiles::of(t.decision.as_ref().expect("histogram")),
-            ),
-        ]),
-        outcomes: t.outcomes.clone(),
-        errors: t.errors.clone(),
-        server: usage_between(before, after, wall),
-        baselines: BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]),
-        ratios: BTreeMap::from([(
-            "decisions_per_s / sqlite_inserts_per_s".to_owned(),
-            throughput / sqlite,
-        )]),
+        duration_s: headline.1.as_secs_f64(),
+        throughput_per_s: headline.0,
+        latencies,
+        outcomes,
+        errors,
+        server: headline.2,
+        baselines,
+        ratios,
     })
 }
 

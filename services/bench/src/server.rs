@@ -13,6 +13,38 @@ pub struct Server {
     child: Child,
     pub endpoint: String,
     pub data_dir: tempfile::TempDir,
+    reviewers: Option<usize>,
+}
+
+/// `countersign serve` on a free port; its child and endpoint.
+fn spawn(data_dir: &Path, reviewers: Option<usize>) -> anyhow::Result<(Child, String)> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--rate-limit-per-second",
+            "1000000",
+            "--rate-limit-burst",
+            "1000000",
+        ])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(n) = reviewers {
+        command.args(["--reviewers", &n.to_string()]);
+    }
+    let mut child = command.spawn().context("starting countersign serve")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("countersign listening on ")
+        .with_context(|| format!("unexpected first line from the server: {line:?}"))?
+        .to_owned();
+    Ok((child, format!("http://{addr}")))
 }
 
 /// CPU seconds (user + system) and memory of a process, from `/proc`.
@@ -44,37 +76,23 @@ impl Server {
     /// directory (the first start creates tenant `default` and its admin key).
     pub fn start(reviewers: Option<usize>) -> anyhow::Result<Server> {
         let data_dir = tempfile::tempdir()?;
-        let mut command = Command::new(std::env::current_exe()?);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args([
-                "--rate-limit-per-second",
-                "1000000",
-                "--rate-limit-burst",
-                "1000000",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir.path())
-            .env_remove("COUNTERSIGN_DATABASE_URL")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if let Some(n) = reviewers {
-            command.args(["--reviewers", &n.to_string()]);
-        }
-        let mut child = command.spawn().context("starting countersign serve")?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
-        let addr = line
-            .trim()
-            .strip_prefix("countersign listening on ")
-            .with_context(|| format!("unexpected first line from the server: {line:?}"))?
-            .to_owned();
+        let (child, endpoint) = spawn(data_dir.path(), reviewers)?;
         Ok(Server {
             child,
-            endpoint: format!("http://{addr}"),
+            endpoint,
             data_dir,
+            reviewers,
         })
+    }
+
+    /// Stops the server and starts it again on the same data directory.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, endpoint) = spawn(self.data_dir.path(), self.reviewers)?;
+        self.child = child;
+        self.endpoint = endpoint;
+        Ok(())
     }
 
     /// Runs an admin command against the server's database.

@@ -11,10 +11,7 @@ mod waiters;
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -73,8 +70,6 @@ struct Inner {
     observers: Vec<Arc<dyn Observer>>,
     tenants: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
     waiters: waiters::Registry,
-    /// The newest cursor handed out (0 until the pump has started).
-    position: AtomicU64,
     closing: watch::Sender<bool>,
 }
 
@@ -86,7 +81,6 @@ impl Fanout {
                 observers,
                 tenants: Mutex::new(HashMap::new()),
                 waiters: waiters::Registry::default(),
-                position: AtomicU64::new(0),
                 closing: watch::channel(false).0,
             }),
         }
@@ -111,11 +105,6 @@ impl Fanout {
         self.inner.waiters.register(tenant, id)
     }
 
-    /// The newest cursor published.
-    pub fn position(&self) -> u64 {
-        self.inner.position.load(Ordering::Acquire)
-    }
-
     /// Ends every stream (server shutdown).
     pub fn close(&self) {
         self.inner.closing.send_replace(true);
@@ -127,7 +116,6 @@ impl Fanout {
     }
 
     fn publish(&self, published: Arc<Published>) {
-        let cursor = published.event.cursor;
         for observer in &self.inner.observers {
             observer.observe(&published.event);
         }
@@ -143,11 +131,6 @@ impl Fanout {
             tenants.remove(tenant);
         }
         drop(tenants);
-        self.inner.position.fetch_max(cursor, Ordering::AcqRel);
-    }
-
-    fn start_at(&self, cursor: u64) {
-        self.inner.position.fetch_max(cursor, Ordering::AcqRel);
     }
 }
 

@@ -33,7 +33,6 @@ async fn run(fanout: Fanout, store: DynStore, config: WatchConfig) {
             }
         }
     };
-    fanout.start_at(position);
     let mut tick = tokio::time::interval(config.poll_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prune = tokio::time::interval(config.prune_every);

@@ -58,14 +58,14 @@ impl NotificationService for NotificationApi {
         let filter = Filter::from_request(&request)?;
         // Subscribe first: whatever is published from here on reaches us.
         let live = self.fanout.subscribe(&caller.tenant.name);
+        let horizon = self
+            .store
+            .event_horizon()
+            .await
+            .map_err(|e| to_status(&e))?;
         let position = match request.after_cursor {
             None => None,
             Some(after) => {
-                let horizon = self
-                    .store
-                    .event_horizon()
-                    .await
-                    .map_err(|e| to_status(&e))?;
                 if horizon.is_pruned(after) {
                     return Err(Status::out_of_range(format!(
                         "after_cursor: {after} is older than the retained history; the oldest \
@@ -85,7 +85,9 @@ impl NotificationService for NotificationApi {
             agent: caller.principal.agent,
             filter,
             config: self.config,
-            position: position.unwrap_or_else(|| self.fanout.position()),
+            // Live from now: from what is committed now, whether or not the
+            // pump has published it yet.
+            position: position.unwrap_or(horizon.latest),
             live,
             tx,
         };

@@ -53,11 +53,11 @@ pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Ve
 
 const AFTER_ALL: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
         e.created_at AS ev_at, p.*
-     FROM events e JOIN proposals p ON p.id = e.proposal_id
+     FROM events e CROSS JOIN proposals p ON p.id = e.proposal_id
      WHERE e.cursor > ? ORDER BY e.cursor LIMIT ?";
 const AFTER_TENANT: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
         e.created_at AS ev_at, p.*
-     FROM events e JOIN proposals p ON p.id = e.proposal_id
+     FROM events e CROSS JOIN proposals p ON p.id = e.proposal_id
      WHERE e.tenant = ? AND e.cursor > ? ORDER BY e.cursor LIMIT ?";
 
 #[tracing::instrument(name = "store.sqlite.events_after", skip(pool))]
@@ -114,7 +114,9 @@ pub async fn after(
     if !ended.is_empty() {
         let ids = serde_json::to_string(&ended).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let rows = sqlx::query(
-            "SELECT * FROM decisions WHERE proposal_id IN (SELECT value FROM json_each(?))",
+            // json_each first (CROSS JOIN fixes the order): one primary-key
+            // lookup per id, never a scan of the decisions.
+            "SELECT d.* FROM json_each(?) AS j CROSS JOIN decisions AS d ON d.proposal_id = j.value",
         )
         .bind(ids)
         .fetch_all(&mut *conn)
@@ -145,16 +147,37 @@ pub async fn horizon(pool: &SqlitePool) -> Result<EventHorizon> {
     })
 }
 
-/// Deletes every event up to the newest one committed before `created_before`
-/// and moves the retention mark, in one transaction.
+/// Events examined per prune (the pump prunes every minute).
+const PRUNE_SLICE: i64 = 50_000;
+
+/// Deletes the oldest events, up to the newest of them committed before
+/// `created_before`, and moves the retention mark, in one transaction.
 #[tracing::instrument(name = "store.sqlite.prune_events", skip(writer))]
 pub async fn prune(writer: &SqlitePool, created_before: Millis) -> Result<u64> {
+    let mut total = 0;
+    // A slice per transaction, so the writer is never held for long.
+    for _ in 0..100 {
+        let deleted = prune_slice(writer, created_before).await?;
+        total += deleted;
+        if deleted == 0 {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+async fn prune_slice(writer: &SqlitePool, created_before: Millis) -> Result<u64> {
     let mut tx = writer.begin().await?;
-    let through: Option<i64> =
-        sqlx::query_scalar("SELECT MAX(cursor) FROM events WHERE created_at < ?")
-            .bind(created_before)
-            .fetch_one(&mut *tx)
-            .await?;
+    // From the head of the log (the oldest events, by cursor), in slices, so
+    // no index on time is maintained for every event written.
+    let through: Option<i64> = sqlx::query_scalar(
+        "SELECT MAX(cursor) FROM (SELECT cursor, created_at FROM events ORDER BY cursor LIMIT ?)
+         WHERE created_at < ?",
+    )
+    .bind(PRUNE_SLICE)
+    .bind(created_before)
+    .fetch_one(&mut *tx)
+    .await?;
     let Some(through) = through else {
         return Ok(0);
     };

@@ -18,7 +18,7 @@ use countersign_domain::{
     Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus, gates::ReviewFacts,
 };
 use sqlx::{
-    SqlitePool,
+    ConnectOptions, SqlitePool,
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 use tokio::sync::broadcast;
@@ -62,7 +62,9 @@ impl SqliteStore {
             // loss can drop the last commits.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // A statement this slow is a finding: it goes to the log.
+            .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250));
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))

@@ -165,11 +165,15 @@ pub async fn put_target(
     Ok(target)
 }
 
-pub async fn get_target(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Target>> {
+pub async fn get_target<'e>(
+    db: impl sqlx::SqliteExecutor<'e>,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Target>> {
     sqlx::query("SELECT * FROM targets WHERE tenant = ? AND id = ?")
         .bind(tenant)
         .bind(id)
-        .fetch_optional(pool)
+        .fetch_optional(db)
         .await?
         .as_ref()
         .map(target_from_row)

@@ -150,18 +150,20 @@ pub async fn begin_many(
 
 #[tracing::instrument(name = "store.sqlite.review_facts", skip_all, fields(proposal = %proposal.id))]
 pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts> {
-    let tenant = tenants::get(pool, &proposal.tenant)
+    // One read transaction: one connection, one snapshot for every fact.
+    let mut tx = pool.begin().await?;
+    let tenant = tenants::get(&mut *tx, &proposal.tenant)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("tenant `{}`", proposal.tenant)))?;
     let sops = sqlx::query("SELECT * FROM sops WHERE tenant = ? AND action = ? ORDER BY id")
         .bind(&proposal.tenant)
         .bind(&proposal.spec.action)
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(reference::sop_from_row)
         .collect::<Result<Vec<_>>>()?;
-    let target = reference::get_target(pool, &proposal.tenant, &proposal.spec.target).await?;
+    let target = reference::get_target(&mut *tx, &proposal.tenant, &proposal.spec.target).await?;
     let now = now_ms();
     let cluster = target.as_ref().and_then(|t| t.cluster()).map(str::to_owned);
     // Each branch is one index range; the outer filter is the exact rule
@@ -207,8 +209,9 @@ pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts
     .bind(proposal.spec.blast_radius.as_str())
     .bind(&proposal.spec.target)
     .bind(&cluster)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     let others = rows
         .iter()
         .map(|row| {

@@ -55,17 +55,20 @@ pub async fn log_trips(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          SELECT p.tenant, p.id, 'BREAKER_TRIPPED', p.state, ?2
          FROM json_each(?1) AS j
-         JOIN proposals AS p
-           ON p.tenant = json_extract(j.value, '$[0]') AND p.id = json_extract(j.value, '$[1]')
-         JOIN tenants AS t ON t.name = p.tenant
-         WHERE p.state = 'rejected' AND t.breaker_threshold > 0
-           AND (SELECT COUNT(*) FROM proposals AS q
-                WHERE q.tenant = p.tenant AND q.operator = p.operator AND q.state = 'rejected'
-                  AND q.decided_at > ?2 - t.breaker_window_ms
-                  AND q.decided_at > COALESCE((SELECT r.reset_at FROM breaker_resets AS r
-                                               WHERE r.tenant = p.tenant AND r.operator = p.operator), 0)
-                  AND (q.decided_at < p.decided_at OR (q.decided_at = p.decided_at AND q.id <= p.id))
-               ) = t.breaker_threshold",
+         CROSS JOIN proposals AS p
+           ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')
+         CROSS JOIN tenants AS t ON t.name = p.tenant
+         WHERE p.state = 'rejected'
+           -- CASE: the count runs only where the breaker is on, and walks only
+           -- the operator's recent rejections (a partial index).
+           AND CASE WHEN t.breaker_threshold > 0 THEN
+                 (SELECT COUNT(*) FROM proposals AS q INDEXED BY proposals_operator_rejections
+                  WHERE q.tenant = p.tenant AND q.operator = p.operator AND q.state = 'rejected'
+                    AND q.decided_at > MAX(?2 - t.breaker_window_ms,
+                        COALESCE((SELECT r.reset_at FROM breaker_resets AS r
+                                  WHERE r.tenant = p.tenant AND r.operator = p.operator), 0))
+                    AND (q.decided_at < p.decided_at OR (q.decided_at = p.decided_at AND q.id <= p.id)))
+               ELSE -1 END = t.breaker_threshold",
     )
     .bind(serde_json::to_string(rejected).map_err(|e| StoreError::Corrupt(e.to_string()))?)
     .bind(now)

@@ -79,10 +79,10 @@ pub async fn bootstrap(pool: &SqlitePool) -> Result<Option<BootstrapKey>> {
     }))
 }
 
-pub async fn get(pool: &SqlitePool, name: &str) -> Result<Option<Tenant>> {
+pub async fn get<'e>(db: impl sqlx::SqliteExecutor<'e>, name: &str) -> Result<Option<Tenant>> {
     sqlx::query("SELECT * FROM tenants WHERE name = ?")
         .bind(name)
-        .fetch_optional(pool)
+        .fetch_optional(db)
         .await?
         .as_ref()
         .map(from_row)

@@ -1,0 +1,87 @@
+//! The growth run's seed: a million decided proposals (with their decisions and
+//! events) written straight into the server's SQLite file, in slices, so that
+//! `submit-decide` can be measured again against a full table.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use sqlx::{
+    ConnectOptions, Connection,
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
+};
+
+const SLICE: u64 = 50_000;
+
+/// Writes `n` decided proposals of tenant `default` (80% approved, 20%
+/// rejected, over `pool` targets, decided a day ago); returns how long it took.
+pub async fn seed_decided(db: &Path, n: u64, pool: u64) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut conn = SqliteConnectOptions::new()
+        .filename(db)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(60))
+        .connect()
+        .await?;
+    let spec = serde_json::json!({
+        "action": "bench_restart", "class": "write", "target": "bench-0",
+        "parameters": {"n": 0}, "reason": "benchmark", "blast_radius": "single_device",
+        "operator": "bench", "context_summary": "", "incident_id": "", "labels": {},
+        "rollback_plan": "", "force_approve_no_sop": false, "idempotency_key": ""
+    })
+    .to_string();
+    let day_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64
+        - 24 * 3600 * 1000
+        - n as i64;
+    let mut from = 0;
+    while from < n {
+        let to = (from + SLICE).min(n);
+        let mut tx = conn.begin().await?;
+        // The insert triggers write each proposal's queue entry and event.
+        sqlx::query(
+            "WITH RECURSIVE s(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2)
+             INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+                 spec_json, spec_digest, state, submitted_by, created_at, updated_at,
+                 review_started_at, decided_at)
+             SELECT printf('SEED%022d', i), 'default', 'bench_restart', 'write',
+                    'bench-' || (i % ?3), 'single_device', 'bench', ?4, printf('%064d', i),
+                    CASE WHEN i % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
+                    ?5 + i, ?5 + i, ?5 + i, ?5 + i
+             FROM s",
+        )
+        .bind(from as i64)
+        .bind(to as i64)
+        .bind(pool.max(1) as i64)
+        .bind(&spec)
+        .bind(day_ago)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+                 summary, review_latency_ms)
+             SELECT id, tenant, CASE state WHEN 'approved' THEN 'approve' ELSE 'reject' END,
+                    'seeded', 'seeded', 'SOP-BENCH', 1, 'start it again', '[]',
+                    CASE state WHEN 'approved' THEN '[]' ELSE '[\"target_state\"]' END,
+                    'seed', decided_at, 'Decision: seeded', 1
+             FROM proposals WHERE id >= printf('SEED%022d', ?1) AND id < printf('SEED%022d', ?2)",
+        )
+        .bind(from as i64)
+        .bind(to as i64)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM queue_entries WHERE proposal_id >= 'SEED'")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        from = to;
+    }
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut conn)
+        .await?;
+    Ok(started.elapsed())
+}
