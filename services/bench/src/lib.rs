@@ -102,6 +102,9 @@ pub struct SuppressedArgs {
     /// Concurrent clients (closed loop).
     #[arg(long, default_value = "32")]
     pub clients: u64,
+    /// HTTP/2 connections the clients share (default: one each).
+    #[arg(long)]
+    pub connections: Option<u64>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -67,8 +67,17 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     let before = server.usage();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..load.clients.max(1) {
-        let mut client = proposals(&server.endpoint, &key).await?;
+    let connections = load
+        .connections
+        .unwrap_or(load.clients)
+        .clamp(1, load.clients.max(1));
+    let mut shared = Vec::new();
+    for _ in 0..connections {
+        shared.push(proposals(&server.endpoint, &key).await?);
+    }
+    for c in 0..load.clients.max(1) {
+        // Clients take turns over the connections (HTTP/2 multiplexes them).
+        let mut client = shared[(c % connections) as usize].clone();
         let (next, latency, outcomes, doomed, total) = (
             next.clone(),
             latency.clone(),
@@ -118,6 +127,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         machine: Machine::here(),
         params: json!({
             "submits": load.submits, "clients": load.clients, "reviewers": args.reviewers,
+            "connections": load.connections.unwrap_or(load.clients),
             "backend": "embedded (SQLite + embedded queue)",
         }),
         duration_s: wall.as_secs_f64(),
