@@ -79,10 +79,14 @@ impl ProposalService for ProposalApi {
         {
             None => {}
             Some(Refusal::BreakerOpen { window }) => {
+                let whose = if spec.operator.is_empty() {
+                    "without an operator".to_owned()
+                } else {
+                    format!("from operator `{}`", spec.operator)
+                };
                 return Err(Status::failed_precondition(format!(
-                    "too many rejected proposals from operator `{}`; a human must look \
+                    "too many rejected proposals {whose}; a human must look \
                      (the breaker closes {} after the last of them, or when an admin resets it)",
-                    spec.operator,
                     humantime_like(window)
                 )));
             }
