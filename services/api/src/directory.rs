@@ -29,26 +29,28 @@ impl Directory {
 
     /// The key record with this id, revoked or not (the caller decides).
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
-        if let Some(hit) = self.keys.as_ref().and_then(|c| c.get(id)) {
-            return Ok(Some(hit));
-        }
-        let found = self.store.find_api_key(id).await?;
-        if let (Some(cache), Some(record)) = (&self.keys, &found) {
-            cache.insert(id.to_owned(), record.clone());
-        }
-        Ok(found)
+        read_through(&self.keys, id, self.store.find_api_key(id)).await
     }
 
     pub async fn tenant(&self, name: &str) -> Result<Option<Tenant>, StoreError> {
-        if let Some(hit) = self.tenants.as_ref().and_then(|c| c.get(name)) {
-            return Ok(Some(hit));
-        }
-        let found = self.store.get_tenant(name).await?;
-        if let (Some(cache), Some(tenant)) = (&self.tenants, &found) {
-            cache.insert(name.to_owned(), tenant.clone());
-        }
-        Ok(found)
+        read_through(&self.tenants, name, self.store.get_tenant(name)).await
     }
+}
+
+/// A cached value, or `load`'s; only found values are kept.
+async fn read_through<V: Clone + Send + Sync + 'static>(
+    cache: &Option<Cache<String, V>>,
+    key: &str,
+    load: impl std::future::Future<Output = Result<Option<V>, StoreError>>,
+) -> Result<Option<V>, StoreError> {
+    if let Some(hit) = cache.as_ref().and_then(|c| c.get(key)) {
+        return Ok(Some(hit));
+    }
+    let found = load.await?;
+    if let (Some(cache), Some(value)) = (cache, &found) {
+        cache.insert(key.to_owned(), value.clone());
+    }
+    Ok(found)
 }
 
 fn cache<V: Clone + Send + Sync + 'static>(ttl: Duration) -> Option<Cache<String, V>> {

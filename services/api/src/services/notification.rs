@@ -222,10 +222,7 @@ impl Watcher {
                 self.position = event.cursor;
                 Ok(true)
             }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                metrics::counter!("countersign_watch_cut_off_total").increment(1);
-                Err(Some(self.fell_behind()))
-            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Some(self.fell_behind())),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
         }
     }
@@ -256,10 +253,7 @@ impl Watcher {
                     match sent {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) => return Err(None),
-                        Err(_) => {
-                            metrics::counter!("countersign_watch_cut_off_total").increment(1);
-                            return Err(Some(self.fell_behind()));
-                        }
+                        Err(_) => return Err(Some(self.fell_behind())),
                     }
                 }
                 self.position = event.cursor;
@@ -270,7 +264,9 @@ impl Watcher {
         }
     }
 
+    /// The status that ends a stream whose client fell behind (and counts it).
     fn fell_behind(&self) -> Status {
+        metrics::counter!("countersign_watch_cut_off_total").increment(1);
         Status::resource_exhausted(format!(
             "watcher fell behind: resume from cursor {}",
             self.position

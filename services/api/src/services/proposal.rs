@@ -22,16 +22,6 @@ use crate::{
     suppression::{Refusal, Suppression},
 };
 
-/// `5m`, `90s`: a window as people write it.
-fn humantime_like(d: std::time::Duration) -> String {
-    let s = d.as_secs();
-    if s >= 60 && s.is_multiple_of(60) {
-        format!("{}m", s / 60)
-    } else {
-        format!("{s}s")
-    }
-}
-
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
 
 /// How often an await re-reads the proposal anyway (belt and braces: the
@@ -87,7 +77,7 @@ impl ProposalService for ProposalApi {
                 return Err(Status::failed_precondition(format!(
                     "too many rejected proposals {whose}; a human must look \
                      (the breaker closes {} after the last of them, or when an admin resets it)",
-                    humantime_like(window)
+                    humantime::format_duration(window)
                 )));
             }
             Some(Refusal::Suppressed(entry)) => {

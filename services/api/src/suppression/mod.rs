@@ -166,7 +166,6 @@ impl Suppression {
         };
         self.tier
             .put(cache_key(&proposal.tenant, &proposal.spec), Arc::new(entry));
-        metrics::gauge!("countersign_suppression_cache_entries").set(self.tier.entries() as f64);
     }
 
     /// A change to `scope`: rejections that rested on it go.
