@@ -8,6 +8,7 @@ use std::{
 
 use countersign_domain::{
     Decision, Millis, Proposal,
+    gates::ReviewFacts,
     review::{self, ReviewStamp},
 };
 use countersign_queue::{DynQueue, Lease};
@@ -35,6 +36,22 @@ enum Step {
 }
 
 pub(crate) use countersign_domain::now_ms;
+
+type Reviewed = Vec<(usize, Result<Decision, Step>)>;
+
+/// Every proposal of `due` goes back to the queue to be tried again.
+fn retry_all(
+    mut out: Reviewed,
+    due: Vec<(usize, Box<Proposal>, Millis)>,
+    why: &str,
+    delay: Duration,
+) -> Reviewed {
+    out.extend(
+        due.into_iter()
+            .map(|(i, _, _)| (i, Err(Step::Retry(why.to_owned(), delay)))),
+    );
+    out
+}
 
 /// Resolves when a proposal is submitted in this process (or events were lost).
 async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
@@ -132,16 +149,17 @@ impl Worker {
                 }
             }
             Ok(begun) => {
-                let reviews = fresh.iter().zip(begun).map(|(&i, begun)| async move {
+                let mut open = Vec::new();
+                for (&i, begun) in fresh.iter().zip(begun) {
                     match begun {
-                        BeginReview::Terminal(_) => (i, Err(Step::Done)),
+                        BeginReview::Terminal(_) => steps[i] = Some(Step::Done),
                         BeginReview::Reviewing {
                             proposal,
                             started_at,
-                        } => (i, self.review(&proposal, started_at).await),
+                        } => open.push((i, proposal, started_at)),
                     }
-                });
-                for (i, result) in futures::future::join_all(reviews).await {
+                }
+                for (i, result) in self.review_all(open).await {
                     match result {
                         Ok(decision) => decided.push((i, decision, Step::Done)),
                         Err(step) => steps[i] = Some(step),
@@ -187,24 +205,58 @@ impl Worker {
         self.settle(&leases, steps).await;
     }
 
-    /// Gathers the facts of one proposal and runs the gates. `Err` is what to
-    /// do with its lease instead of recording a decision.
-    async fn review(&self, proposal: &Proposal, started_at: Millis) -> Result<Decision, Step> {
+    /// Gathers the facts of a batch (one snapshot) and runs the gates on each.
+    /// `Err` is what to do with a lease instead of recording a decision.
+    async fn review_all(&self, open: Vec<(usize, Box<Proposal>, Millis)>) -> Reviewed {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
-        let deadline = started_at + deadline_ms as Millis;
-        if now_ms() >= deadline {
-            return Ok(review::timed_out(deadline_ms, self.stamp(started_at)));
+        let past = |started_at: Millis| now_ms() >= started_at + deadline_ms as Millis;
+        // A review already past its deadline needs no facts.
+        let (late, due): (Vec<_>, Vec<_>) = open.into_iter().partition(|(_, _, at)| past(*at));
+        let mut out: Vec<_> = late
+            .into_iter()
+            .map(|(i, _, at)| (i, Ok(review::timed_out(deadline_ms, self.stamp(at)))))
+            .collect();
+        if due.is_empty() {
+            return out;
         }
-        let facts = self.store.review_facts(proposal).await.map_err(|error| {
-            Step::Retry(
-                format!("facts unavailable: {error}"),
-                self.config.retry_delay,
-            )
-        })?;
+        let proposals: Vec<Proposal> = due.iter().map(|(_, p, _)| (**p).clone()).collect();
+        let facts = match self.store.review_facts_many(&proposals).await {
+            Ok(facts) if facts.len() == due.len() => facts,
+            Ok(facts) => {
+                let why = format!("facts for {} of {} proposals", facts.len(), due.len());
+                return retry_all(out, due, &why, self.config.retry_delay);
+            }
+            Err(error) => {
+                let why = format!("facts unavailable: {error}");
+                return retry_all(out, due, &why, self.config.retry_delay);
+            }
+        };
+        for ((i, proposal, started_at), facts) in due.into_iter().zip(facts) {
+            let result = match facts {
+                Err(error) => Err(Step::Retry(
+                    format!("facts unavailable: {error}"),
+                    self.config.retry_delay,
+                )),
+                Ok(facts) => self.decide(&proposal, &facts, started_at),
+            };
+            out.push((i, result));
+        }
+        out
+    }
+
+    /// Runs the gates on gathered facts; a panic or a passed deadline never
+    /// approves.
+    fn decide(
+        &self,
+        proposal: &Proposal,
+        facts: &ReviewFacts,
+        started_at: Millis,
+    ) -> Result<Decision, Step> {
+        let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let evaluator = self.config.evaluator.clone();
-        let verdict = catch_unwind(AssertUnwindSafe(|| evaluator(&facts)))
+        let verdict = catch_unwind(AssertUnwindSafe(|| evaluator(facts)))
             .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
-        Ok(if now_ms() >= deadline {
+        Ok(if now_ms() >= started_at + deadline_ms as Millis {
             review::timed_out(deadline_ms, self.stamp(started_at))
         } else {
             review::decide(&verdict, &proposal.spec, self.stamp(started_at))

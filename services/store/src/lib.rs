@@ -90,7 +90,18 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::begin_review`] for many proposals in one transaction, in order.
     async fn begin_reviews(&self, items: &[ReviewKey], reviewer: &str) -> Result<Vec<BeginReview>>;
     /// Everything the gates look at, as of now.
-    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts>;
+    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts> {
+        let mut facts = self
+            .review_facts_many(std::slice::from_ref(proposal))
+            .await?;
+        facts
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::NotFound(format!("proposal `{}`", proposal.id))))
+    }
+    /// [`Store::review_facts`] for a batch, in order, from one snapshot where
+    /// the backend has them: the outer error fails the whole batch, an inner
+    /// one only its proposal.
+    async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>>;
     /// Writes the decision, the state change and its event in one transaction,
     /// only if the proposal is still open. Approvals are re-checked against the
     /// SOP and target as they are at commit.

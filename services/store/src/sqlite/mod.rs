@@ -196,8 +196,8 @@ impl Store for SqliteStore {
         Ok(begun)
     }
 
-    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts> {
-        review::facts(&self.reader, proposal).await
+    async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
+        review::facts_many(&self.reader, proposals).await
     }
 
     async fn record_decisions(

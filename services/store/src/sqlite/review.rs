@@ -5,11 +5,15 @@ use countersign_domain::{
     Decision, DecisionOutcome, GateResult, Millis, Proposal, ProposalState,
     gates::{OtherOperation, ReviewFacts},
 };
+use std::collections::HashMap;
+
+use countersign_domain::{Sop, Target};
 use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
 use super::{events, proposals, reference, tenants};
 use crate::{
-    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, now_ms,
+    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, Tenant,
+    now_ms,
 };
 
 fn corrupt(what: String) -> StoreError {
@@ -148,23 +152,77 @@ pub async fn begin_many(
     Ok((out, events))
 }
 
-#[tracing::instrument(name = "store.sqlite.review_facts", skip_all, fields(proposal = %proposal.id))]
-pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts> {
-    // One read transaction: one connection, one snapshot for every fact.
+/// What a batch's proposals share: each tenant, SOP set and target is read once.
+#[derive(Default)]
+struct SharedFacts {
+    tenants: HashMap<String, Tenant>,
+    sops: HashMap<(String, String), Vec<Sop>>,
+    targets: HashMap<(String, String), Option<Target>>,
+}
+
+/// The facts of each proposal, in order, from one read transaction (one
+/// snapshot): the outer error is the transaction's, each inner one a proposal's.
+#[tracing::instrument(name = "store.sqlite.review_facts", skip_all, fields(n = proposals.len()))]
+pub async fn facts_many(
+    pool: &SqlitePool,
+    proposals: &[Proposal],
+) -> Result<Vec<Result<ReviewFacts>>> {
     let mut tx = pool.begin().await?;
-    let tenant = tenants::get(&mut *tx, &proposal.tenant)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("tenant `{}`", proposal.tenant)))?;
-    let sops = sqlx::query("SELECT * FROM sops WHERE tenant = ? AND action = ? ORDER BY id")
-        .bind(&proposal.tenant)
-        .bind(&proposal.spec.action)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(reference::sop_from_row)
-        .collect::<Result<Vec<_>>>()?;
-    let target = reference::get_target(&mut *tx, &proposal.tenant, &proposal.spec.target).await?;
     let now = now_ms();
+    let mut shared = SharedFacts::default();
+    let mut out = Vec::with_capacity(proposals.len());
+    for proposal in proposals {
+        out.push(facts_in(&mut tx, proposal, now, &mut shared).await);
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+async fn facts_in(
+    conn: &mut SqliteConnection,
+    proposal: &Proposal,
+    now: Millis,
+    shared: &mut SharedFacts,
+) -> Result<ReviewFacts> {
+    let tenant = match shared.tenants.get(&proposal.tenant) {
+        Some(tenant) => tenant.clone(),
+        None => {
+            let tenant = tenants::get(&mut *conn, &proposal.tenant)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("tenant `{}`", proposal.tenant)))?;
+            shared
+                .tenants
+                .insert(proposal.tenant.clone(), tenant.clone());
+            tenant
+        }
+    };
+    let sop_key = (proposal.tenant.clone(), proposal.spec.action.clone());
+    let sops = match shared.sops.get(&sop_key) {
+        Some(sops) => sops.clone(),
+        None => {
+            let sops =
+                sqlx::query("SELECT * FROM sops WHERE tenant = ? AND action = ? ORDER BY id")
+                    .bind(&proposal.tenant)
+                    .bind(&proposal.spec.action)
+                    .fetch_all(&mut *conn)
+                    .await?
+                    .iter()
+                    .map(reference::sop_from_row)
+                    .collect::<Result<Vec<_>>>()?;
+            shared.sops.insert(sop_key, sops.clone());
+            sops
+        }
+    };
+    let target_key = (proposal.tenant.clone(), proposal.spec.target.clone());
+    let target = match shared.targets.get(&target_key) {
+        Some(target) => target.clone(),
+        None => {
+            let target =
+                reference::get_target(&mut *conn, &proposal.tenant, &proposal.spec.target).await?;
+            shared.targets.insert(target_key, target.clone());
+            target
+        }
+    };
     let cluster = target.as_ref().and_then(|t| t.cluster()).map(str::to_owned);
     // Each branch is one index range; the outer filter is the exact rule
     // (the domain's `blocks` checks it once more).
@@ -209,9 +267,8 @@ pub async fn facts(pool: &SqlitePool, proposal: &Proposal) -> Result<ReviewFacts
     .bind(proposal.spec.blast_radius.as_str())
     .bind(&proposal.spec.target)
     .bind(&cluster)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
     let others = rows
         .iter()
         .map(|row| {
