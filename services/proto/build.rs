@@ -10,6 +10,7 @@ const PROTOS: &[&str] = &[
     "countersign/v1/proposal_service.proto",
     "countersign/v1/reference_services.proto",
     "countersign/v1/notification_service.proto",
+    "countersign/v1/audit_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -542,3 +542,119 @@ fn watch_follows_the_stream_and_resumes_by_itself_when_the_server_restarts() {
     );
     drop(server);
 }
+
+#[test]
+fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let admin_key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let admin = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", admin_key.as_str()),
+    ];
+    // Three decisions: two unknown targets (rejected) and one more.
+    for target in ["node-91", "node-92", "node-93"] {
+        let (_, out, err) = countersign(
+            dir.path(),
+            &[
+                "submit",
+                "--wait",
+                "--json",
+                "--action",
+                "host_restart_service",
+                "--class",
+                "write",
+                "--target",
+                target,
+                "--reason",
+                "r",
+                "--blast-radius",
+                "single_device",
+                "--operator",
+                target,
+            ],
+            &admin,
+        );
+        assert!(out.contains("\"rejected\""), "{out}{err}");
+    }
+    // The sequencer appends moments after the decisions commit.
+    let mut export = String::new();
+    for _ in 0..100 {
+        let (ok, out, err) = countersign(dir.path(), &["decisions", "--all", "--json"], &admin);
+        assert!(ok, "{err}");
+        if out.lines().count() == 3 {
+            export = out;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(export.lines().count(), 3, "{export}");
+    std::fs::write(dir.path().join("decisions.jsonl"), &export).unwrap();
+
+    let (ok, csv, err) = countersign(
+        dir.path(),
+        &["decisions", "--csv", "--target", "node-92"],
+        &admin,
+    );
+    assert!(ok, "{err}");
+    assert!(csv.starts_with("sequence,decided_at,proposal_id"), "{csv}");
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.contains(",node-92,") && csv.contains(",reject,"),
+        "{csv}"
+    );
+
+    let (ok, checkpoint, err) = countersign(dir.path(), &["checkpoint", "--refresh"], &admin);
+    assert!(ok, "{err}");
+    std::fs::write(dir.path().join("cp.json"), &checkpoint).unwrap();
+    let (ok, public_key, err) = countersign(dir.path(), &["admin", "signing-key", "show"], &[]);
+    assert!(ok, "{err}");
+    let public_key = public_key.trim();
+    assert!(checkpoint.contains(public_key), "{checkpoint}");
+    let mode = std::fs::metadata(dir.path().join("countersign-data/signing.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "signing.key must be owner-only");
+
+    let (ok, out, err) = countersign(dir.path(), &["verify"], &admin);
+    assert!(
+        ok && out.starts_with("ok: 3 entries verified"),
+        "{out}{err}"
+    );
+    drop(server);
+
+    // Offline: no server, only the export, the checkpoint and the public key.
+    let offline = [
+        "verify",
+        "--export",
+        "decisions.jsonl",
+        "--checkpoint",
+        "cp.json",
+        "--public-key",
+        public_key,
+    ];
+    let (ok, out, err) = countersign(dir.path(), &offline, &[]);
+    assert!(
+        ok && out.starts_with("ok: 3 entries verified"),
+        "{out}{err}"
+    );
+
+    let tampered = export.replacen("node-92", "node-29", 1);
+    std::fs::write(dir.path().join("decisions.jsonl"), &tampered).unwrap();
+    let (ok, out, _) = countersign(dir.path(), &offline, &[]);
+    assert!(
+        !ok && out.contains("INVALID at sequence 2: altered"),
+        "{out}"
+    );
+
+    std::fs::write(dir.path().join("decisions.jsonl"), &export).unwrap();
+    let forged = checkpoint.replacen("\"size\": 3", "\"size\": 2", 1);
+    assert_ne!(forged, checkpoint);
+    std::fs::write(dir.path().join("cp.json"), forged).unwrap();
+    let (ok, _, err) = countersign(dir.path(), &offline, &[]);
+    assert!(!ok && err.contains("signature"), "{err}");
+}

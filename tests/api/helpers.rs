@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use countersign::client::BearerAuth;
 use countersign_api::{ApiConfig, Application};
-use countersign_domain::{BlastRadius, Role, TargetStatus, reference::SopInput};
+use countersign_domain::{BlastRadius, Role, TargetStatus, audit::SigningKey, reference::SopInput};
 use countersign_proto::{
     convert::json_to_struct,
     v1::{
@@ -50,6 +50,11 @@ pub struct Options {
     pub reviewers: Option<ReviewerConfig>,
     /// Reuse the database of an earlier app (a restart).
     pub dir: Option<tempfile::TempDir>,
+}
+
+/// The checkpoint key every test server signs with.
+pub fn test_signing_key() -> SigningKey {
+    SigningKey::from_seed([42; 32])
 }
 
 /// Reviewer settings for tests: fast retries and sweeps.
@@ -101,6 +106,7 @@ impl TestApp {
             .map(|config| Reviewers::start(store.clone(), queue.clone(), config));
         let mut config = ApiConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
+            signing_key: Some(test_signing_key()),
             ..ApiConfig::default()
         };
         configure(&mut config);

@@ -3,9 +3,11 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
+use countersign_domain::audit::SigningKey;
 use countersign_proto::{
     FILE_DESCRIPTOR_SET,
     v1::{
+        audit_service_server::AuditServiceServer,
         notification_service_server::NotificationServiceServer,
         proposal_service_server::ProposalServiceServer, sop_service_server::SopServiceServer,
         target_service_server::TargetServiceServer,
@@ -22,7 +24,9 @@ use crate::{
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, spawn_pump},
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
-    services::{NotificationApi, ProposalApi, SopApi, TargetApi},
+    services::{
+        AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
+    },
     suppression::{Suppression, SuppressionConfig, spawn_maintenance},
 };
 
@@ -38,6 +42,11 @@ pub struct ApiConfig {
     pub credential_cache_ttl: Duration,
     pub watch: WatchConfig,
     pub suppression: SuppressionConfig,
+    /// Signs the decision log's checkpoints (none: `GetCheckpoint` and
+    /// checkpoint verification answer FAILED_PRECONDITION).
+    pub signing_key: Option<SigningKey>,
+    /// How often every grown log gets a signed checkpoint.
+    pub checkpoint_every: Duration,
 }
 
 impl Default for ApiConfig {
@@ -49,6 +58,8 @@ impl Default for ApiConfig {
             credential_cache_ttl: directory::DEFAULT_TTL,
             watch: WatchConfig::default(),
             suppression: SuppressionConfig::default(),
+            signing_key: None,
+            checkpoint_every: Duration::from_secs(600),
         }
     }
 }
@@ -66,6 +77,7 @@ const SERVICES: &[&str] = &[
     "countersign.v1.NotificationService",
     "countersign.v1.SopService",
     "countersign.v1.TargetService",
+    "countersign.v1.AuditService",
 ];
 
 impl Application {
@@ -136,6 +148,20 @@ impl Application {
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let targets = TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let audit = AuditServiceServer::new(AuditApi::new(
+            self.store.clone(),
+            self.config.signing_key.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let checkpoints = self.config.signing_key.clone().map(|key| {
+            let mut closing = fanout.closing();
+            tokio::spawn(checkpoint_periodically(
+                self.store.clone(),
+                key,
+                self.config.checkpoint_every,
+                async move { closing.closed().await },
+            ))
+        });
 
         set_all(&health, ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");
@@ -156,6 +182,7 @@ impl Application {
             .add_service(notifications)
             .add_service(sops)
             .add_service(targets)
+            .add_service(audit)
             // Small gRPC messages must not wait for Nagle and delayed ACKs.
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),
@@ -164,6 +191,9 @@ impl Application {
             .await?;
         let _ = pump.await;
         let _ = maintenance.await;
+        if let Some(checkpoints) = checkpoints {
+            let _ = checkpoints.await;
+        }
         Ok(())
     }
 }

@@ -49,6 +49,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::ReadReference => "read SOPs or targets",
         Permission::WriteReference => "change SOPs or targets",
         Permission::Watch => "watch the review stream",
+        Permission::Audit => "read the decision log (auditor or admin)",
     }
 }
 

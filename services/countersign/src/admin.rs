@@ -26,6 +26,20 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: BreakerCommand,
     },
+    /// The key that signs the decision log's checkpoints.
+    SigningKey {
+        #[command(flatten)]
+        signing: crate::signing::SigningArgs,
+        #[command(subcommand)]
+        command: SigningKeyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SigningKeyCommand {
+    /// Print the public key (hex) that verifies checkpoints (creates the key
+    /// file on first use, as `serve` would).
+    Show,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,8 +139,19 @@ fn millis(d: Duration) -> i64 {
 }
 
 pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Result<()> {
+    if let AdminCommand::SigningKey {
+        signing,
+        command: SigningKeyCommand::Show,
+    } = &command
+    {
+        // No database needed: the key is configuration.
+        println!("{}", signing.load(&store_args.data_dir)?.public_hex());
+        return Ok(());
+    }
     let store = store_args.open().await?;
     match command {
+        // Answered above, without the database.
+        AdminCommand::SigningKey { .. } => {}
         AdminCommand::Tenant { command } => match command {
             TenantCommand::Create { name } => {
                 let tenant = store.create_tenant(&name).await?;

@@ -100,6 +100,28 @@ pub enum ClientCommandWithArgs {
         #[command(subcommand)]
         command: crate::reference::TargetCommand,
     },
+    /// The decision log, newest first (auditor or admin).
+    Decisions {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(flatten)]
+        args: crate::audit::DecisionsArgs,
+    },
+    /// Verify the decision log: on the server, or offline from an export.
+    Verify {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(flatten)]
+        args: crate::audit::VerifyArgs,
+    },
+    /// Print the newest signed checkpoint of the log as JSON.
+    Checkpoint {
+        #[command(flatten)]
+        conn: ClientArgs,
+        /// Sign one of the log as it is now.
+        #[arg(long)]
+        refresh: bool,
+    },
 }
 
 impl Command {
@@ -166,6 +188,11 @@ pub struct ServeArgs {
     /// How long a worker holds a proposal before another may reclaim it.
     #[arg(long, env = "COUNTERSIGN_REVIEW_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub review_lease: Duration,
+    /// How often every grown decision log gets a signed checkpoint.
+    #[arg(long, env = "COUNTERSIGN_CHECKPOINT_EVERY", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub checkpoint_every: Duration,
+    #[command(flatten)]
+    pub signing: crate::signing::SigningArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -209,6 +236,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 ClientCommandWithArgs::Target { conn, command } => {
                     return crate::reference::run_target(&conn, command).await;
+                }
+                ClientCommandWithArgs::Decisions { conn, args } => {
+                    return crate::audit::run_decisions(&conn, args).await;
+                }
+                ClientCommandWithArgs::Verify { conn, args } => {
+                    return crate::audit::run_verify(&conn, args).await;
+                }
+                ClientCommandWithArgs::Checkpoint { conn, refresh } => {
+                    return crate::audit::run_checkpoint(&conn, refresh).await;
                 }
             };
             crate::client::run(&conn, command).await

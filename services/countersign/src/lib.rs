@@ -1,12 +1,14 @@
 //! The pieces of the `countersign` binary, as a library so tests can drive them.
 
 pub mod admin;
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod output;
 pub mod reference;
 pub mod serve;
 pub mod settings;
+pub mod signing;
 pub mod spec_input;
 pub mod telemetry;
 pub mod watch;

@@ -68,6 +68,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 ttl: args.suppression_ttl,
                 ..SuppressionConfig::default()
             },
+            signing_key: Some(args.signing.load(&args.store.data_dir)?),
+            checkpoint_every: args.checkpoint_every,
         };
         let app = Application::build(config, store).await?;
         // Scripts and tests read the bound address from this line.

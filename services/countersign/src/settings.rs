@@ -76,19 +76,27 @@ impl StoreArgs {
 
 /// Writes `key` to `dir/admin.key`, readable by the owner only.
 pub fn write_admin_key(dir: &Path, key: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(ADMIN_KEY_FILE);
+    write_secret(&path, key)?;
+    Ok(path)
+}
+
+/// Writes a secret to `path` (mode 0600, parent created), durably.
+pub fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     use std::{io::Write, os::unix::fs::OpenOptionsExt, os::unix::fs::PermissionsExt};
 
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(ADMIN_KEY_FILE);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("writing {}", path.display()))?;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    writeln!(file, "{key}")?;
+    writeln!(file, "{secret}")?;
     file.sync_all()?;
-    Ok(path)
+    Ok(())
 }

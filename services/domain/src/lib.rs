@@ -3,6 +3,7 @@
 //! hashed. Nothing here does I/O; every other crate builds on it.
 
 pub mod api_key;
+pub mod audit;
 pub mod decision;
 #[macro_use]
 pub mod names;

@@ -76,7 +76,7 @@ pub struct Proposal {
     pub cancel_reason: Option<String>,
 }
 
-mod by_name {
+pub(crate) mod by_name {
     macro_rules! serde_by_name {
         ($module:ident, $ty:ty) => {
             pub mod $module {
@@ -95,6 +95,7 @@ mod by_name {
     }
     serde_by_name!(class, crate::proposal::OperationClass);
     serde_by_name!(blast_radius, crate::proposal::BlastRadius);
+    serde_by_name!(outcome, crate::decision::DecisionOutcome);
 }
 
 #[cfg(test)]

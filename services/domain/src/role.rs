@@ -23,6 +23,8 @@ pub enum Permission {
     WriteReference,
     /// Follow the tenant's review stream (`Watch`).
     Watch,
+    /// Query, export and verify the decision log; read its checkpoints.
+    Audit,
 }
 
 impl Role {
@@ -37,7 +39,7 @@ impl Role {
                 SubmitProposal | CancelProposal | ReadProposal | ReadReference | Watch
             ),
             Role::Oncall => matches!(permission, ReadProposal | ReadReference | Watch),
-            Role::Auditor => matches!(permission, ReadProposal | ReadReference),
+            Role::Auditor => matches!(permission, ReadProposal | ReadReference | Audit),
         }
     }
 }
@@ -62,6 +64,17 @@ mod tests {
             assert_eq!(
                 role.allows(Permission::Watch),
                 role != Role::Auditor,
+                "{role}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_auditors_and_admins_read_the_decision_log() {
+        for &role in Role::ALL {
+            assert_eq!(
+                role.allows(Permission::Audit),
+                matches!(role, Role::Auditor | Role::Admin),
                 "{role}"
             );
         }

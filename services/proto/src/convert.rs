@@ -9,6 +9,7 @@ use serde_json::{Map, Number, Value as Json};
 
 use crate::v1;
 
+pub mod audit;
 pub mod event;
 
 /// A wire spec becomes a domain spec, or the first field that cannot.

@@ -5,6 +5,7 @@
 
 mod config;
 mod janitor;
+mod sequencer;
 mod worker;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use countersign_store::DynStore;
 use tokio::{sync::watch, task::JoinSet};
 
 pub use config::{Evaluator, ReviewerConfig};
+pub use sequencer::Sequencer;
 
 /// A running pool of workers and its janitor.
 pub struct Reviewers {
@@ -38,6 +40,11 @@ impl Reviewers {
             tasks.spawn(worker.run(stopped.clone()));
         }
         if config.workers > 0 {
+            let sequencer = Sequencer {
+                store: store.clone(),
+                every: config.janitor_every,
+            };
+            tasks.spawn(sequencer.run(stopped.clone()));
             let janitor = janitor::Janitor {
                 id: format!("{host}/janitor"),
                 store,

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Millis, Proposal, Role, Sop, Target, TargetStatus, gates::ReviewFacts,
+    Decision, Millis, Proposal, Role, Sop, Target, TargetStatus,
+    audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
+    gates::ReviewFacts,
 };
 
 pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, reference::SopInput};
@@ -158,6 +160,26 @@ pub trait Store: Send + Sync + 'static {
     async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>>;
     /// Rejections decided at or after `since` (to rebuild breakers at start).
     async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>>;
+
+    /// The sequencer's step: appends up to `limit` decisions not yet in their
+    /// tenant's log, in commit order, in one transaction; returns how many.
+    async fn append_audit(&self, limit: u32) -> Result<u64>;
+    /// A tenant's log, newest first, below sequence `before`, as `filter` says.
+    async fn list_audit(
+        &self,
+        tenant: &str,
+        filter: &AuditFilter,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>>;
+    /// The log entry of one proposal's decision.
+    async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>>;
+    /// Entries after sequence `after`, oldest first, exactly as stored.
+    async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>>;
+    /// The newest entry's `(sequence, digest hex)`; `(0, 64 zeros)` when empty.
+    async fn audit_head(&self, tenant: &str) -> Result<(u64, String)>;
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()>;
+    async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>>;
 
     /// State changes as they commit in this process (a wake-up signal; the
     /// events table is the record).

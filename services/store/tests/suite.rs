@@ -412,6 +412,124 @@ pub async fn an_approval_whose_sop_was_retired_before_commit_is_stale(store: Dyn
     );
 }
 
+/// Decides `p` as failed (a rejection) at `decided_at`.
+async fn reject(store: &DynStore, p: &countersign_domain::Proposal, decided_at: i64) {
+    store.begin_review(&p.tenant, &p.id, "w").await.unwrap();
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at,
+        latency_ms: 1,
+    };
+    let decision = countersign_domain::review::failed("worker lost", stamp);
+    let outcome = store
+        .record_decision(&p.tenant, &p.id, decision)
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, countersign_store::RecordOutcome::Recorded),
+        "{outcome:?}"
+    );
+}
+
+pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: DynStore) {
+    use countersign_domain::audit::{AuditFilter, Verifier};
+
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let mut order = Vec::new();
+    for (i, tenant) in ["a", "b", "a", "a", "b"].into_iter().enumerate() {
+        let p = propose(&store, tenant, &format!("n{i}"), BlastRadius::SingleDevice).await;
+        reject(&store, &p, 1_000 + i as i64).await;
+        order.push(p);
+    }
+    assert_eq!(store.append_audit(2).await.unwrap(), 2, "a batch at most");
+    assert_eq!(store.append_audit(100).await.unwrap(), 3);
+    assert_eq!(
+        store.append_audit(100).await.unwrap(),
+        0,
+        "each decision once"
+    );
+
+    let a = store
+        .list_audit("a", &AuditFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(a.iter().map(|e| e.sequence).collect::<Vec<_>>(), [3, 2, 1]);
+    assert_eq!(
+        a.iter()
+            .map(|e| e.record.proposal_id.as_str())
+            .collect::<Vec<_>>(),
+        [&order[3].id, &order[2].id, &order[0].id]
+    );
+    assert_eq!(a[0].record.target, "n3");
+    let b = store
+        .list_audit("b", &AuditFilter::default(), Some(2), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.iter()
+            .map(|e| e.record.proposal_id.as_str())
+            .collect::<Vec<_>>(),
+        [&order[1].id]
+    );
+
+    let filter = AuditFilter {
+        target: Some("n2".into()),
+        ..AuditFilter::default()
+    };
+    let only = store.list_audit("a", &filter, None, 10).await.unwrap();
+    assert_eq!(only.iter().map(|e| e.sequence).collect::<Vec<_>>(), [2]);
+    let window = AuditFilter {
+        decided_from: Some(1_002),
+        decided_until: Some(1_003),
+        ..AuditFilter::default()
+    };
+    assert_eq!(
+        store
+            .list_audit("a", &window, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store
+            .get_audit("a", &order[2].id)
+            .await
+            .unwrap()
+            .unwrap()
+            .sequence,
+        2
+    );
+    assert!(
+        store.get_audit("b", &order[2].id).await.unwrap().is_none(),
+        "tenant-scoped"
+    );
+
+    let mut verifier = Verifier::new();
+    for entry in store.audit_range("a", 0, 100).await.unwrap() {
+        verifier.push(entry.sequence, &entry.digest, entry.leaf());
+    }
+    let verified = verifier.finish();
+    assert!(verified.ok(), "{verified:?}");
+    assert_eq!(verified.entries_checked, 3);
+    let (size, head) = store.audit_head("a").await.unwrap();
+    assert_eq!((size, head), (3, verified.head_digest));
+    assert_eq!(
+        store.audit_head("nobody").await.unwrap(),
+        (0, "0".repeat(64))
+    );
+
+    let key = countersign_domain::audit::SigningKey::from_seed([1; 32]);
+    let checkpoint = key.sign("a", 3, &a[0].digest, 5_000);
+    store.save_checkpoint(&checkpoint).await.unwrap();
+    assert_eq!(
+        store.latest_checkpoint("a").await.unwrap(),
+        Some(checkpoint)
+    );
+    assert_eq!(store.latest_checkpoint("b").await.unwrap(), None);
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -452,4 +570,5 @@ store_suite!(sqlite, crate::backends::sqlite;
     an_approval_whose_sop_was_retired_before_commit_is_stale,
     events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
     pruning_moves_the_horizon_and_keeps_newer_events,
+    the_audit_log_chains_each_tenants_decisions_in_commit_order,
 );

@@ -2,6 +2,7 @@
 //! single connection (SQLite has one writer anyway, and this way no writer
 //! ever sees `SQLITE_BUSY` from another of ours); reads use a small pool.
 
+mod audit;
 mod events;
 mod group_commit;
 mod keys;
@@ -15,7 +16,9 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus, gates::ReviewFacts,
+    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus,
+    audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
+    gates::ReviewFacts,
 };
 use sqlx::{
     ConnectOptions, SqlitePool,
@@ -267,6 +270,40 @@ impl Store for SqliteStore {
 
     async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>> {
         suppression::rejections(&self.reader, since).await
+    }
+
+    async fn append_audit(&self, limit: u32) -> Result<u64> {
+        audit::append(&self.writer, limit).await
+    }
+
+    async fn list_audit(
+        &self,
+        tenant: &str,
+        filter: &AuditFilter,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        audit::list(&self.reader, tenant, filter, before, limit).await
+    }
+
+    async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
+        audit::get(&self.reader, tenant, proposal_id).await
+    }
+
+    async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>> {
+        audit::range(&self.reader, tenant, after, limit).await
+    }
+
+    async fn audit_head(&self, tenant: &str) -> Result<(u64, String)> {
+        audit::head(&self.reader, tenant).await
+    }
+
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()> {
+        audit::save_checkpoint(&self.writer, checkpoint).await
+    }
+
+    async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
+        audit::latest_checkpoint(&self.reader, tenant).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -1,0 +1,69 @@
+//! The sequencer: appends recorded decisions to their tenants' hash-chained
+//! logs in batches, so recording a decision never waits on a chain's head.
+
+use std::time::Duration;
+
+use countersign_store::{DynStore, StoreEvent};
+use tokio::sync::{broadcast, watch};
+
+/// Decisions appended per transaction.
+const BATCH: u32 = 1_000;
+
+pub struct Sequencer {
+    pub store: DynStore,
+    /// How often it looks for decisions no signal announced (another process).
+    pub every: Duration,
+}
+
+/// Resolves when a decision commits in this process (or signals were lost).
+async fn decided(signals: &mut broadcast::Receiver<StoreEvent>) {
+    loop {
+        match signals.recv().await {
+            Ok(event) if event.state.is_terminal() => break,
+            Ok(_) => continue,
+            Err(broadcast::error::RecvError::Lagged(_)) => break,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+    // One append answers every decision already signalled.
+    while signals.try_recv().is_ok() {}
+}
+
+impl Sequencer {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut signals = self.store.subscribe();
+        while !*stop.borrow() {
+            self.drain().await;
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = decided(&mut signals) => {}
+                () = tokio::time::sleep(self.every) => {}
+            }
+        }
+        // What was decided before the stop goes into the log now.
+        self.drain().await;
+    }
+
+    /// Appends until nothing is left; returns how many.
+    pub async fn drain(&self) -> u64 {
+        let mut total = 0;
+        loop {
+            match self.store.append_audit(BATCH).await {
+                Ok(n) => {
+                    total += n;
+                    if n > 0 {
+                        metrics::counter!("countersign_audit_appended_total").increment(n);
+                    }
+                    if n < u64::from(BATCH) {
+                        return total;
+                    }
+                }
+                Err(error) => {
+                    // The decisions stay where they are; the next round retries.
+                    tracing::warn!(%error, "appending decisions to the audit log failed");
+                    return total;
+                }
+            }
+        }
+    }
+}

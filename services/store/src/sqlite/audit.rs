@@ -1,0 +1,288 @@
+//! The decision log: the sequencer's appends, queries, verification reads and
+//! checkpoints.
+
+use std::collections::HashMap;
+
+use countersign_domain::{
+    Millis,
+    audit::{
+        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, StoredEntry, chain,
+        parse_hash,
+    },
+};
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, sqlite::SqliteRow};
+
+use super::review::decision_from_row;
+use crate::{Result, StoreError};
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+/// Appends up to `limit` decisions that are not in their tenant's log yet, in
+/// the order they committed, in one transaction; returns how many.
+#[tracing::instrument(name = "store.sqlite.append_audit", skip(writer))]
+pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
+    let mut tx = writer.begin().await?;
+    let through: i64 = sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1")
+        .fetch_one(&mut *tx)
+        .await?;
+    let rows = sqlx::query(
+        "SELECT d.rowid AS decision_rowid, d.*, p.action, p.target, p.operator, p.submitted_by,
+                p.blast_radius
+         FROM decisions d CROSS JOIN proposals p ON p.id = d.proposal_id
+         WHERE d.rowid > ?1 ORDER BY d.rowid LIMIT ?2",
+    )
+    .bind(through)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    let Some(last) = rows.last() else {
+        return Ok(0);
+    };
+    let last: i64 = last.try_get("decision_rowid")?;
+
+    let mut heads: HashMap<String, (u64, Hash)> = HashMap::new();
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let record = record_from_row(row)?;
+        let head = match heads.get(&record.tenant) {
+            Some(head) => *head,
+            None => head_in(&mut tx, &record.tenant).await?,
+        };
+        let sequence = head.0 + 1;
+        let digest = chain(&head.1, &record.leaf_hash());
+        heads.insert(record.tenant.clone(), (sequence, digest));
+        entries.push(serde_json::json!({
+            "tenant": record.tenant,
+            "sequence": sequence,
+            "proposal_id": record.proposal_id,
+            "decided_at": record.decided_at,
+            "action": record.action,
+            "target": record.target,
+            "operator": record.operator,
+            "submitted_by": record.submitted_by,
+            "outcome": record.outcome.as_str(),
+            "blast_radius": record.blast_radius.as_str(),
+            "sop_id": record.sop_id,
+            "record": record.canonical_json(),
+            "digest": hex::encode(digest),
+        }));
+    }
+    let appended = entries.len() as u64;
+    sqlx::query(
+        "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
+             operator, submitted_by, outcome, blast_radius, sop_id, record, digest)
+         SELECT json_extract(value, '$.tenant'), json_extract(value, '$.sequence'),
+                json_extract(value, '$.proposal_id'), json_extract(value, '$.decided_at'),
+                json_extract(value, '$.action'), json_extract(value, '$.target'),
+                json_extract(value, '$.operator'), json_extract(value, '$.submitted_by'),
+                json_extract(value, '$.outcome'), json_extract(value, '$.blast_radius'),
+                json_extract(value, '$.sop_id'), json_extract(value, '$.record'),
+                json_extract(value, '$.digest')
+         FROM json_each(?1)",
+    )
+    .bind(serde_json::Value::Array(entries).to_string())
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE audit_progress SET through = ?1 WHERE id = 1")
+        .bind(last)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(appended)
+}
+
+fn record_from_row(row: &SqliteRow) -> Result<AuditRecord> {
+    let decision = decision_from_row(row)?;
+    let id: String = row.try_get("proposal_id")?;
+    let radius: String = row.try_get("blast_radius")?;
+    Ok(AuditRecord {
+        tenant: row.try_get("tenant")?,
+        action: row.try_get("action")?,
+        target: row.try_get("target")?,
+        operator: row.try_get("operator")?,
+        submitted_by: row.try_get("submitted_by")?,
+        blast_radius: radius
+            .parse()
+            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+        outcome: decision.outcome,
+        reason: decision.reason,
+        agent_message: decision.agent_message,
+        sop_id: decision.sop_id,
+        sop_version: decision.sop_version,
+        rollback_path: decision.rollback_path,
+        gates: decision.gates,
+        missing_gates: decision.missing_gates,
+        reviewer: decision.reviewer,
+        decided_at: decision.decided_at,
+        summary: decision.summary,
+        review_latency_ms: decision.review_latency_ms,
+        proposal_id: id,
+    })
+}
+
+async fn head_in(conn: &mut sqlx::SqliteConnection, tenant: &str) -> Result<(u64, Hash)> {
+    let row: Option<(i64, String)> = sqlx::query_as(
+        "SELECT sequence, digest FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        None => Ok((0, EMPTY_HEAD)),
+        Some((sequence, digest)) => {
+            let digest = parse_hash(&digest)
+                .ok_or_else(|| corrupt(format!("audit entry {sequence} of {tenant}: digest")))?;
+            Ok((sequence as u64, digest))
+        }
+    }
+}
+
+/// The newest entry's `(sequence, digest)`; `(0, zeros)` for an empty log.
+pub async fn head(reader: &SqlitePool, tenant: &str) -> Result<(u64, String)> {
+    let mut conn = reader.acquire().await?;
+    let (size, digest) = head_in(&mut conn, tenant).await?;
+    Ok((size, hex::encode(digest)))
+}
+
+fn entry_from_row(row: &SqliteRow) -> Result<AuditEntry> {
+    let sequence: i64 = row.try_get("sequence")?;
+    let record: String = row.try_get("record")?;
+    Ok(AuditEntry {
+        sequence: sequence as u64,
+        digest: row.try_get("digest")?,
+        record: serde_json::from_str(&record)
+            .map_err(|e| corrupt(format!("audit entry {sequence}: {e}")))?,
+    })
+}
+
+/// Newest first, entries below `before` (a sequence) that match `filter`.
+#[tracing::instrument(name = "store.sqlite.list_audit", skip(reader, filter))]
+pub async fn list(
+    reader: &SqlitePool,
+    tenant: &str,
+    filter: &AuditFilter,
+    before: Option<u64>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>> {
+    let mut q: QueryBuilder<Sqlite> =
+        QueryBuilder::new("SELECT sequence, digest, record FROM audit_log WHERE tenant = ");
+    q.push_bind(tenant.to_owned());
+    let mut eq = |column: &str, value: &Option<String>| {
+        if let Some(value) = value {
+            q.push(format!(" AND {column} = ")).push_bind(value.clone());
+        }
+    };
+    eq("action", &filter.action);
+    eq("target", &filter.target);
+    eq("operator", &filter.operator);
+    eq("submitted_by", &filter.submitted_by);
+    eq("sop_id", &filter.sop_id);
+    eq(
+        "outcome",
+        &filter.outcome.map(|outcome| outcome.as_str().to_owned()),
+    );
+    eq(
+        "blast_radius",
+        &filter.blast_radius.map(|radius| radius.as_str().to_owned()),
+    );
+    if let Some(from) = filter.decided_from {
+        q.push(" AND decided_at >= ").push_bind(from);
+    }
+    if let Some(until) = filter.decided_until {
+        q.push(" AND decided_at < ").push_bind(until);
+    }
+    if let Some(before) = before {
+        q.push(" AND sequence < ")
+            .push_bind(i64::try_from(before).unwrap_or(i64::MAX));
+    }
+    q.push(" ORDER BY sequence DESC LIMIT ")
+        .push_bind(i64::from(limit));
+    q.build()
+        .fetch_all(reader)
+        .await?
+        .iter()
+        .map(entry_from_row)
+        .collect()
+}
+
+/// The entry of one proposal's decision, once the sequencer has appended it.
+pub async fn get(
+    reader: &SqlitePool,
+    tenant: &str,
+    proposal_id: &str,
+) -> Result<Option<AuditEntry>> {
+    sqlx::query(
+        "SELECT sequence, digest, record FROM audit_log WHERE tenant = ? AND proposal_id = ?",
+    )
+    .bind(tenant)
+    .bind(proposal_id)
+    .fetch_optional(reader)
+    .await?
+    .as_ref()
+    .map(entry_from_row)
+    .transpose()
+}
+
+/// Entries after `after`, oldest first, exactly as stored.
+pub async fn range(
+    reader: &SqlitePool,
+    tenant: &str,
+    after: u64,
+    limit: u32,
+) -> Result<Vec<StoredEntry>> {
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT sequence, digest, record FROM audit_log
+         WHERE tenant = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+    )
+    .bind(tenant)
+    .bind(i64::try_from(after).unwrap_or(i64::MAX))
+    .bind(i64::from(limit))
+    .fetch_all(reader)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(sequence, digest, record)| StoredEntry {
+            sequence: sequence as u64,
+            digest,
+            record,
+        })
+        .collect())
+}
+
+pub async fn save_checkpoint(writer: &SqlitePool, checkpoint: &Checkpoint) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key, signature)
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(&checkpoint.tenant)
+    .bind(i64::try_from(checkpoint.size).unwrap_or(i64::MAX))
+    .bind(&checkpoint.head_digest)
+    .bind(checkpoint.signed_at)
+    .bind(&checkpoint.public_key)
+    .bind(&checkpoint.signature)
+    .execute(writer)
+    .await?;
+    Ok(())
+}
+
+pub async fn latest_checkpoint(reader: &SqlitePool, tenant: &str) -> Result<Option<Checkpoint>> {
+    let row: Option<(i64, String, Millis, String, String)> = sqlx::query_as(
+        "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
+         WHERE tenant = ? ORDER BY signed_at DESC, size DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(reader)
+    .await?;
+    Ok(row.map(
+        |(size, head_digest, signed_at, public_key, signature)| Checkpoint {
+            tenant: tenant.to_owned(),
+            size: size as u64,
+            head_digest,
+            signed_at,
+            public_key,
+            signature,
+        },
+    ))
+}
