@@ -112,3 +112,32 @@ fn a_tiny_suppressed_run_answers_every_retry_from_the_cache() {
     assert_eq!(report["outcomes"]["suppressed"], 200, "{report}");
     assert_eq!(report["latencies"]["suppressed submit"]["count"], 200);
 }
+
+#[test]
+fn a_tiny_audit_query_run_pages_the_log_and_verifies_every_entry() {
+    let report = bench(&[
+        "audit-query",
+        "--decisions",
+        "3000",
+        "--small",
+        "500",
+        "--queries",
+        "40",
+        "--clients",
+        "2",
+    ]);
+    assert_eq!(report["outcomes"]["verified_entries"], 3000, "{report}");
+    assert!(report["outcomes"]["pages"].as_u64().unwrap() >= 40, "{report}");
+    assert!(
+        report["baselines"]["sequencer_entries_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        report["latencies"]["page, any filter (3000 entries)"]["count"]
+            .as_u64()
+            .unwrap()
+            >= 40
+    );
+}

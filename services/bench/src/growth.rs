@@ -14,9 +14,20 @@ use sqlx::{
 
 const SLICE: u64 = 50_000;
 
-/// Writes `n` decided proposals of tenant `default` (80% approved, 20%
-/// rejected, over `pool` targets, decided a day ago); returns how long it took.
-pub async fn seed_decided(db: &Path, n: u64, pool: u64) -> anyhow::Result<Duration> {
+/// When seeded proposal `i` was decided: one per millisecond from here.
+pub fn seeded_at(i: u64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    // Whole days, so that every run of one process agrees.
+    let day = 24 * 3600 * 1000;
+    (now / day - 30) * day + i as i64
+}
+
+/// Writes seeded proposals `from..to` of tenant `default` (decided; 80%
+/// approved, 20% rejected, over `pool` targets, a month ago, one per ms); the
+/// server must be stopped. Returns how long it took.
+pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut conn = SqliteConnectOptions::new()
         .filename(db)
@@ -32,12 +43,9 @@ pub async fn seed_decided(db: &Path, n: u64, pool: u64) -> anyhow::Result<Durati
         "rollback_plan": "", "force_approve_no_sop": false, "idempotency_key": ""
     })
     .to_string();
-    let day_ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64
-        - 24 * 3600 * 1000
-        - n as i64;
-    let mut from = 0;
+    let base = seeded_at(0);
+    let n = to;
+    let mut from = from;
     while from < n {
         let to = (from + SLICE).min(n);
         let mut tx = conn.begin().await?;
@@ -57,7 +65,7 @@ pub async fn seed_decided(db: &Path, n: u64, pool: u64) -> anyhow::Result<Durati
         .bind(to as i64)
         .bind(pool.max(1) as i64)
         .bind(&spec)
-        .bind(day_ago)
+        .bind(base)
         .execute(&mut *tx)
         .await?;
         sqlx::query(

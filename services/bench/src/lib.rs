@@ -3,6 +3,7 @@
 //! code, server RSS and CPU, beside limits measured on the same machine in the
 //! same run. Results also go to a JSON file per run.
 
+mod audit_query;
 mod baseline;
 mod board;
 mod growth;
@@ -43,6 +44,8 @@ pub enum Scenario {
     Suppressed(SuppressedArgs),
     /// K watchers on one tenant while proposals are decided at a set rate.
     WatchFanout(FanoutArgs),
+    /// Pages of `ListDecisions` with filters over a large log, and `VerifyLog` of all of it.
+    AuditQuery(AuditQueryArgs),
     /// Only the machine's baselines (SQLite single-row inserts).
     Baseline,
 }
@@ -123,6 +126,23 @@ pub struct FanoutArgs {
     pub all_events: bool,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct AuditQueryArgs {
+    /// Decisions in the log (seeded straight into the database, chained by the
+    /// server's own sequencer).
+    #[arg(long, default_value = "1000000")]
+    pub decisions: u64,
+    /// The small log measured first, for the growth ratio.
+    #[arg(long, default_value = "10000")]
+    pub small: u64,
+    /// Queries per round (each one to four pages).
+    #[arg(long, default_value = "2000")]
+    pub queries: u64,
+    /// Concurrent auditors.
+    #[arg(long, default_value = "8")]
+    pub clients: u64,
+}
+
 /// Runs one scenario, prints its table and writes its JSON; returns the report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let report = match &args.scenario {
@@ -130,6 +150,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         Scenario::NoisyNeighbour(noisy) => scenario::noisy_neighbour(&args, noisy).await?,
         Scenario::Suppressed(load) => suppressed::suppressed(&args, load).await?,
         Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
+        Scenario::AuditQuery(q) => audit_query::audit_query(&args, q).await?,
         Scenario::Baseline => scenario::baseline_only(args.baseline_time).await?,
     };
     print!("{}", report.table());

@@ -365,16 +365,32 @@ pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<
     let mut baselines = BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]);
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
-        let seeded =
-            crate::growth::seed_decided(&server.data_dir.path().join("countersign.db"), rows, pool)
-                .await?;
+        server.stop();
+        let seeded = crate::growth::seed_decided(
+            &server.data_dir.path().join("countersign.db"),
+            0,
+            rows,
+            pool,
+        )
+        .await?;
         baselines.insert(
             "growth_seed_rows_per_s".to_owned(),
             rows as f64 / seeded.as_secs_f64(),
         );
         // A server that starts on the full database (its fan-out starts at the
-        // newest event rather than replaying the seed to no one).
-        server.restart()?;
+        // newest event rather than replaying the seed to no one), and whose
+        // sequencer has chained the seed into the audit log before we measure.
+        server.resume()?;
+        let auditor = server.admin(&[
+            "admin", "key", "create", "--tenant", "default", "--role", "auditor",
+        ])?;
+        let mut audit = crate::audit_query::client(&server.endpoint, &auditor).await?;
+        let decided: u64 = empty.tally.outcomes.values().sum();
+        let chained = crate::audit_query::await_log(&mut audit, decided + rows).await?;
+        baselines.insert(
+            "growth_sequencer_entries_per_s".to_owned(),
+            rows as f64 / chained.as_secs_f64(),
+        );
         let grown = measure(&server, &key, load, pool).await?;
         latencies.insert(
             format!("submit → decision after {rows} decided"),

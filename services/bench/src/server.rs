@@ -85,10 +85,14 @@ impl Server {
         })
     }
 
-    /// Stops the server and starts it again on the same data directory.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
+    /// Stops the server (its data directory stays); [`Server::resume`] starts it again.
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same data directory.
+    pub fn resume(&mut self) -> anyhow::Result<()> {
         let (child, endpoint) = spawn(self.data_dir.path(), self.reviewers)?;
         self.child = child;
         self.endpoint = endpoint;
