@@ -2,8 +2,9 @@
 # A throwaway PostgreSQL for the tests, on loopback only. Idempotent: it
 # initialises the cluster on a fresh machine, starts it if it is down, reuses
 # it if it is up, and (re)creates the two roles the service expects:
-#   countersign_owner  owns the schema, runs migrations (CREATEDB: the tests
-#                      create a database per test with it)
+#   countersign_owner  owns the schema, runs migrations (CREATEDB and
+#                      pg_signal_backend: the tests create and force-drop a
+#                      database per test with it)
 #   countersign_app    the service's role: LOGIN, NOSUPERUSER, NOBYPASSRLS,
 #                      owns nothing (row-level security applies to it)
 #
@@ -85,6 +86,9 @@ BEGIN
 END
 $$;
 ALTER ROLE countersign_app NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+-- Test clusters only: a test drops its database WITH (FORCE) while the service
+-- role's pool may still hold connections to it.
+GRANT pg_signal_backend TO countersign_owner;
 SQL
 if ! psql_super -tA -c "SELECT 1 FROM pg_database WHERE datname = 'countersign'" | grep -q 1; then
     psql_super -c "CREATE DATABASE countersign OWNER countersign_owner"

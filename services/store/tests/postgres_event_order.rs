@@ -105,16 +105,46 @@ async fn write(store: DynStore, tenant: String, n: usize) {
     }
 }
 
-#[tokio::test]
+/// Appends events with raw SQL (only the table's trigger orders them), each
+/// transaction pausing a few random milliseconds between taking its cursor
+/// and committing: without commit-ordered cursors a follower skips some.
+async fn append_slowly(url: String, tenant: String, proposal: String, n: usize) {
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for _ in 0..n {
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
+            .bind(&tenant)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+             VALUES ($1, $2, 'SUPPRESSED', 'pending', 1)",
+        )
+        .bind(&tenant)
+        .bind(&proposal)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        sqlx::query("SELECT pg_sleep(random() * 0.004)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writers() {
     let db = TestDatabase::migrated().await;
     // More connections than the writers, so they really commit concurrently.
     let store: DynStore = std::sync::Arc::new(
-        countersign_store::PostgresStore::connect_with(&db.app_url, 12)
+        countersign_store::PostgresStore::connect_with(&db.app_url, 8)
             .await
             .unwrap(),
     );
-    const WRITERS: usize = 8;
+    const WRITERS: usize = 4;
+    const APPENDERS: usize = 4;
     const EACH: usize = 15;
     let mut writers = Vec::new();
     for w in 0..WRITERS {
@@ -122,10 +152,22 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
         store.create_tenant(&tenant).await.unwrap();
         writers.push(tokio::spawn(write(store.clone(), tenant, EACH)));
     }
+    for a in 0..APPENDERS {
+        let tenant = format!("raw{a}");
+        store.create_tenant(&tenant).await.unwrap();
+        let p = store.insert_proposal(new_proposal(&tenant)).await.unwrap();
+        let id = p.proposal().id.clone();
+        writers.push(tokio::spawn(append_slowly(
+            db.app_url.clone(),
+            tenant,
+            id,
+            EACH,
+        )));
+    }
     // The watcher: every event after the last one it saw, over and over.
     let mut seen = Vec::new();
     let mut last = 0;
-    let expected = WRITERS * EACH * 3;
+    let expected = WRITERS * EACH * 3 + APPENDERS * (1 + EACH);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     while seen.len() < expected {
         assert!(tokio::time::Instant::now() < deadline, "writers stalled");
@@ -133,6 +175,11 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
             assert!(event.cursor > last);
             last = event.cursor;
             seen.push(event.cursor);
+        }
+        if writers.iter().all(|w| w.is_finished())
+            && store.events_after(last, None, 1).await.unwrap().is_empty()
+        {
+            break;
         }
         tokio::task::yield_now().await;
     }

@@ -124,10 +124,17 @@ impl Drop for TestDatabase {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect(&owner).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
+                let Ok(mut conn) = PgConnection::connect(&owner).await else {
+                    return;
+                };
+                // FORCE ends the service role's connections (postgres.sh lets
+                // the owner do that); tried again briefly if it cannot.
+                let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                for _ in 0..20 {
+                    if sqlx::query(&drop).execute(&mut conn).await.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             });
         });
