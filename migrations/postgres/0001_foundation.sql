@@ -68,7 +68,8 @@ CREATE UNIQUE INDEX proposals_idempotency
 --     bootstrap's "is the database empty", the tenant list, the API-key lookup
 --     by key id during authentication, the key list, the fan-out's read of every
 --     tenant's events, the event horizon, the janitor's overdue reviews, and the
---     breaker rebuild at start (resets, recent rejections). The one write it
+--     breaker rebuild at start (resets, recent rejections); `queue_entries`
+--     is readable too, for an outbox sweeper. The one write it
 --     allows is the event log's retention: deleting old events and moving
 --     `event_retention`. A system-scope transaction that must then write a
 --     tenant's row (revoking a key found by id; bootstrap) switches to that

@@ -508,6 +508,48 @@ pub async fn a_result_after_a_cancel_is_discarded_not_applied(store: DynStore) {
     ));
 }
 
+pub async fn racing_results_and_a_cancel_leave_exactly_one_terminal_state(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = reviewing(&store, "a", "o").await;
+    let mut racers = Vec::new();
+    for _ in 0..6 {
+        let (store, id, decision) = (store.clone(), p.id.clone(), rejection(&p.spec));
+        racers.push(tokio::spawn(async move {
+            match store.record_decision("a", &id, decision).await.unwrap() {
+                countersign_store::RecordOutcome::Recorded => 1_usize,
+                countersign_store::RecordOutcome::Discarded(_) => 0_usize,
+                stale => panic!("{stale:?}"),
+            }
+        }));
+    }
+    let cancel = {
+        let (store, id) = (store.clone(), p.id.clone());
+        tokio::spawn(async move { store.cancel_proposal("a", &id, "race").await.is_ok() })
+    };
+    let mut recorded = 0;
+    for racer in racers {
+        recorded += racer.await.unwrap();
+    }
+    let cancelled = cancel.await.unwrap();
+    assert_eq!(
+        recorded + usize::from(cancelled),
+        1,
+        "one terminal state wins"
+    );
+    assert_eq!(
+        store.discarded_results("a", &p.id).await.unwrap(),
+        6 - recorded as u64
+    );
+    let terminal: Vec<_> = store
+        .proposal_events("a", &p.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind.is_terminal())
+        .collect();
+    assert_eq!(terminal.len(), 1);
+}
+
 pub async fn a_redelivered_review_keeps_its_first_start_time(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     let p = store
@@ -883,6 +925,7 @@ macro_rules! every_store_test {
             pruning_moves_the_horizon_and_keeps_newer_events,
             a_decision_is_recorded_once_and_a_late_result_is_discarded,
             a_result_after_a_cancel_is_discarded_not_applied,
+            racing_results_and_a_cancel_leave_exactly_one_terminal_state,
             a_redelivered_review_keeps_its_first_start_time,
             batches_of_reviews_and_decisions_may_span_tenants,
             overdue_reviews_are_found_in_every_tenant,

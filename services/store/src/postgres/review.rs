@@ -323,6 +323,10 @@ fn next_state(decision: &Decision) -> ProposalState {
     }
 }
 
+/// An approved proposal's id, its cited SOP's version and retired flag, and
+/// its target's status, as they are at commit.
+type FactsAtCommit = (String, Option<i64>, Option<bool>, Option<String>);
+
 /// One tenant's part of [`record_many`], in its scope.
 async fn record_tenant(
     conn: &mut PgConnection,
@@ -361,7 +365,7 @@ async fn record_tenant(
         .unzip();
     let mut facts_now = HashMap::new();
     if !approved.is_empty() {
-        let rows: Vec<(String, Option<i64>, Option<bool>, Option<String>)> = sqlx::query_as(
+        let rows: Vec<FactsAtCommit> = sqlx::query_as(
             "SELECT b.id, s.version, s.retired, t.status
              FROM unnest($2::text[], $3::text[], $4::text[]) AS b(id, sop, target)
              LEFT JOIN sops s ON s.tenant = $1 AND s.id = b.sop
