@@ -32,7 +32,7 @@ pub enum Command {
         #[command(flatten)]
         store: StoreArgs,
         #[command(flatten)]
-        owner: crate::settings::MigrateArgs,
+        owner: crate::migrate::MigrateArgs,
     },
     /// Tenants, keys and policy, directly on the database.
     Admin {
@@ -184,7 +184,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => crate::serve::run(args).await,
         Command::Migrate { store, owner } => {
-            let migrated = crate::settings::migrate(&store, &owner).await?;
+            let migrated = crate::migrate::run(&store, &owner).await?;
             println!("migrations applied to {migrated}");
             Ok(())
         }

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod cli;
 pub mod client;
+pub mod migrate;
 pub mod output;
 pub mod reference;
 pub mod serve;
