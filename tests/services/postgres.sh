@@ -52,7 +52,7 @@ fi
 SUPERUSER="$(if [[ "$(id -u)" == 0 ]]; then echo postgres; else id -un; fi)"
 
 psql_super() {
-    "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$SUPERUSER" -d postgres "$@"
+    PGOPTIONS="-c client_min_messages=warning" "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$SUPERUSER" -d postgres "$@"
 }
 
 if "$BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then
