@@ -95,17 +95,55 @@ $$;
 CREATE TRIGGER decisions_are_append_only
     BEFORE UPDATE OR DELETE ON decisions
     FOR EACH ROW EXECUTE FUNCTION decisions_refuse_change();
+CREATE TRIGGER decisions_are_never_truncated
+    BEFORE TRUNCATE ON decisions
+    FOR EACH STATEMENT EXECUTE FUNCTION decisions_refuse_change();
 
 -- Every state change of a proposal, in commit order (the cursor).
+--
+-- Commit order, not just allocation order: a watcher reads `cursor > N`, so if
+-- a transaction holding cursor 10 committed after one holding 11, a reader that
+-- had already seen 11 would skip 10 forever. So cursors are handed out under a
+-- transaction-level advisory lock (`lock_event_log()`), held from the first
+-- event a transaction appends until it commits or rolls back: at most one
+-- uncommitted transaction ever holds cursors, and the next one allocates only
+-- after it is visible (a commit becomes visible before its locks are
+-- released). The visible log is therefore always a gap-free prefix in cursor
+-- order (gaps left by rolled-back transactions are never filled, and no reader
+-- waits for them). The cursor is assigned by a BEFORE INSERT trigger after it
+-- takes the lock, whoever inserts the event.
+--
+-- The cost: writers that append events are serialised from their first event
+-- to their commit. The store takes the lock as the first statement of every
+-- transaction that will append events, so the lock is always taken before any
+-- row lock (no deadlock between the lock and rows) and held for a handful of
+-- statements.
+CREATE SEQUENCE events_cursor_seq AS BIGINT;
 CREATE TABLE events (
-    cursor       BIGSERIAL PRIMARY KEY,
+    cursor       BIGINT  PRIMARY KEY,
     tenant       TEXT    NOT NULL,
     proposal_id  TEXT    NOT NULL,
     kind         TEXT    NOT NULL,
     state        TEXT    NOT NULL,
     created_at   BIGINT  NOT NULL
 );
+ALTER SEQUENCE events_cursor_seq OWNED BY events.cursor;
 CREATE INDEX events_by_tenant ON events (tenant, cursor);
+
+-- The one lock that orders the event log (a constant key, per database).
+CREATE FUNCTION lock_event_log() RETURNS void LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(7310291346331861);
+$$;
+
+CREATE FUNCTION events_take_cursor() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM lock_event_log();
+    NEW.cursor := nextval('events_cursor_seq');
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER events_take_cursor BEFORE INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION events_take_cursor();
 
 -- Every state change writes its event in the same transaction, whoever makes
 -- it: the database holds that invariant, not each caller.
@@ -151,3 +189,56 @@ CREATE TABLE discarded_results (
     reviewer     TEXT    NOT NULL,
     at           BIGINT  NOT NULL
 );
+
+-- Row-level security (see 0001): every table here holds one tenant's rows.
+ALTER TABLE sops ENABLE ROW LEVEL SECURITY;
+ALTER TABLE sops FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON sops
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+
+ALTER TABLE sop_versions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE sop_versions FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON sop_versions
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+
+ALTER TABLE targets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE targets FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON targets
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+
+-- The outbox: written with its proposal; read across tenants by a sweeper.
+ALTER TABLE queue_entries ENABLE ROW LEVEL SECURITY;
+ALTER TABLE queue_entries FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON queue_entries
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+CREATE POLICY system_reads ON queue_entries FOR SELECT
+    USING (current_setting('app.scope', true) = 'system');
+
+ALTER TABLE decisions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE decisions FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON decisions
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+CREATE POLICY system_reads ON decisions FOR SELECT
+    USING (current_setting('app.scope', true) = 'system');
+
+ALTER TABLE events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE events FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON events
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));
+CREATE POLICY system_reads ON events FOR SELECT
+    USING (current_setting('app.scope', true) = 'system');
+-- Retention: the pruner deletes old events of every tenant.
+CREATE POLICY system_prunes ON events FOR DELETE
+    USING (current_setting('app.scope', true) = 'system');
+
+ALTER TABLE discarded_results ENABLE ROW LEVEL SECURITY;
+ALTER TABLE discarded_results FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_rows ON discarded_results
+    USING (tenant = current_setting('app.tenant_id', true))
+    WITH CHECK (tenant = current_setting('app.tenant_id', true));

@@ -127,7 +127,10 @@ fn a_tiny_audit_query_run_pages_the_log_and_verifies_every_entry() {
         "2",
     ]);
     assert_eq!(report["outcomes"]["verified_entries"], 3000, "{report}");
-    assert!(report["outcomes"]["pages"].as_u64().unwrap() >= 40, "{report}");
+    assert!(
+        report["outcomes"]["pages"].as_u64().unwrap() >= 40,
+        "{report}"
+    );
     assert!(
         report["baselines"]["sequencer_entries_per_s"]
             .as_f64()

@@ -31,6 +31,8 @@ pub enum Command {
     Migrate {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        owner: crate::migrate::MigrateArgs,
     },
     /// Tenants, keys and policy, directly on the database.
     Admin {
@@ -208,12 +210,9 @@ pub enum Role {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => crate::serve::run(args).await,
-        Command::Migrate { store } => {
-            store.open().await?;
-            println!(
-                "migrations applied to {}",
-                crate::output::redact_url(&store.database_url())
-            );
+        Command::Migrate { store, owner } => {
+            let migrated = crate::migrate::run(&store, &owner).await?;
+            println!("migrations applied to {migrated}");
             Ok(())
         }
         Command::Admin { store, command } => crate::admin::run(&store, command).await,

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod audit;
 pub mod cli;
 pub mod client;
+pub mod migrate;
 pub mod output;
 pub mod reference;
 pub mod serve;

@@ -44,9 +44,14 @@ impl StoreArgs {
     /// The store and the review queue it feeds (embedded: the same database).
     pub async fn open_backends(&self) -> anyhow::Result<(DynStore, DynQueue)> {
         let url = self.database_url();
+        if is_postgres(&url) {
+            // An unsafe role or an outdated schema is the first thing said.
+            self.open().await?;
+        }
         if !url.starts_with("sqlite:") {
             anyhow::bail!(
-                "only sqlite:// databases are supported by this build (got `{}`)",
+                "`serve` runs only on sqlite:// databases in this build: PostgreSQL needs \
+                 the Redis Streams review queue, which is not built yet (got `{}`)",
                 crate::output::redact_url(&url)
             );
         }
@@ -69,9 +74,18 @@ impl StoreArgs {
         let store = countersign_store::connect(&self.database_url())
             .await
             .context("opening the database")?;
-        store.migrate().await.context("running migrations")?;
+        let what = match store.backend() {
+            // The service role cannot migrate PostgreSQL: it checks the schema.
+            "postgres" => "checking the schema",
+            _ => "running migrations",
+        };
+        store.migrate().await.context(what)?;
         Ok(store)
     }
+}
+
+pub(crate) fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres:") || url.starts_with("postgresql:")
 }
 
 /// Writes `key` to `dir/admin.key`, readable by the owner only.

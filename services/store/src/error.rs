@@ -15,6 +15,10 @@ pub enum StoreError {
     /// A stored row that does not decode: never guessed at, always an error.
     #[error("stored data is malformed: {0}")]
     Corrupt(String),
+    /// The database role could bypass row-level security (PostgreSQL): the
+    /// store will not run on it.
+    #[error("refusing to run as database role {0}")]
+    UnsafeRole(String),
     #[error("database unavailable: {0}")]
     Unavailable(String),
     #[error("database error: {0}")]
@@ -35,6 +39,7 @@ impl ServiceError for StoreError {
                 sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_),
             ) => ErrorKind::Unavailable,
             StoreError::Unsupported(_)
+            | StoreError::UnsafeRole(_)
             | StoreError::Corrupt(_)
             | StoreError::Database(_)
             | StoreError::Migrate(_) => ErrorKind::Internal,

@@ -3,6 +3,7 @@
 //! here, in the repository layer.
 
 mod error;
+pub mod postgres;
 pub mod sqlite;
 mod types;
 
@@ -17,6 +18,7 @@ use countersign_domain::{
 
 pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, reference::SopInput};
 pub use error::StoreError;
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
@@ -191,9 +193,7 @@ pub async fn connect(url: &str) -> Result<DynStore> {
     if url.starts_with("sqlite:") {
         Ok(Arc::new(SqliteStore::connect(url).await?))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Err(StoreError::Unsupported(
-            "the PostgreSQL backend is not built yet; use a sqlite:// URL".into(),
-        ))
+        Ok(Arc::new(PostgresStore::connect(url).await?))
     } else {
         Err(StoreError::Unsupported(format!(
             "database URL must start with sqlite:// or postgres:// (got `{}`)",

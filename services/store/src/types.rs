@@ -89,6 +89,33 @@ pub struct StoreEvent {
     pub state: countersign_domain::ProposalState,
 }
 
+impl StoreEvent {
+    /// The signal for a proposal that has just moved to `state` (its event is
+    /// logged by the database, in the same transaction).
+    pub(crate) fn changed_to(
+        tenant: &str,
+        proposal_id: &str,
+        state: countersign_domain::ProposalState,
+    ) -> StoreEvent {
+        use countersign_domain::{EventKind, ProposalState};
+        let kind = match state {
+            ProposalState::Pending => EventKind::Submitted,
+            ProposalState::Reviewing => EventKind::ReviewStarted,
+            ProposalState::Approved => EventKind::Approved,
+            ProposalState::Rejected => EventKind::Rejected,
+            ProposalState::Cancelled => EventKind::Cancelled,
+            ProposalState::TimedOut => EventKind::TimedOut,
+        };
+        StoreEvent {
+            cursor: None,
+            tenant: tenant.to_owned(),
+            proposal_id: proposal_id.to_owned(),
+            kind,
+            state,
+        }
+    }
+}
+
 /// Where a review found its proposal.
 #[derive(Debug, Clone)]
 pub enum BeginReview {

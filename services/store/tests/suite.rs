@@ -530,6 +530,469 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
     assert_eq!(store.latest_checkpoint("b").await.unwrap(), None);
 }
 
+fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
+    let verdict = countersign_domain::gates::Verdict {
+        gates: countersign_domain::gates::GATES
+            .iter()
+            .map(|g| countersign_domain::GateResult {
+                gate: (*g).into(),
+                passed: *g != "sop",
+                detail: "checked".into(),
+            })
+            .collect(),
+        sop: None,
+        rollback_path: None,
+    };
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: countersign_domain::now_ms(),
+        latency_ms: 3,
+    };
+    countersign_domain::review::decide(&verdict, spec, stamp)
+}
+
+async fn reviewing(store: &DynStore, tenant: &str, operator: &str) -> countersign_domain::Proposal {
+    let mut new = new_proposal(tenant, "");
+    new.spec.operator = operator.into();
+    let p = store.insert_proposal(new).await.unwrap().proposal().clone();
+    store.begin_review(tenant, &p.id, "w").await.unwrap();
+    p
+}
+
+fn kinds(events: &[countersign_store::StoreEvent]) -> Vec<EventKind> {
+    events.iter().map(|e| e.kind).collect()
+}
+
+pub async fn a_decision_is_recorded_once_and_a_late_result_is_discarded(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = reviewing(&store, "a", "user_42").await;
+    let decision = rejection(&p.spec);
+    let first = store
+        .record_decision("a", &p.id, decision.clone())
+        .await
+        .unwrap();
+    assert!(matches!(first, countersign_store::RecordOutcome::Recorded));
+    let late = store.record_decision("a", &p.id, decision).await.unwrap();
+    assert!(
+        matches!(
+            late,
+            countersign_store::RecordOutcome::Discarded(ProposalState::Rejected)
+        ),
+        "{late:?}"
+    );
+    assert_eq!(store.discarded_results("a", &p.id).await.unwrap(), 1);
+    let stored = store.get_proposal("a", &p.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, ProposalState::Rejected);
+    let recorded = stored
+        .decision
+        .expect("a terminal proposal carries its decision");
+    assert_eq!(recorded.reviewer, "w");
+    assert_eq!(recorded.review_latency_ms, 3);
+    assert_eq!(recorded.missing_gates, ["sop"]);
+    assert!(matches!(
+        store.cancel_proposal("a", &p.id, "too late").await,
+        Err(StoreError::FailedPrecondition(_))
+    ));
+    let events = store.proposal_events("a", &p.id).await.unwrap();
+    assert_eq!(
+        kinds(&events),
+        [
+            EventKind::Submitted,
+            EventKind::ReviewStarted,
+            EventKind::Rejected
+        ]
+    );
+    assert!(store.proposal_events("b", &p.id).await.unwrap().is_empty());
+}
+
+pub async fn a_result_after_a_cancel_is_discarded_not_applied(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = reviewing(&store, "a", "user_42").await;
+    store.cancel_proposal("a", &p.id, "stop").await.unwrap();
+    let late = store
+        .record_decision("a", &p.id, rejection(&p.spec))
+        .await
+        .unwrap();
+    assert!(matches!(
+        late,
+        countersign_store::RecordOutcome::Discarded(ProposalState::Cancelled)
+    ));
+    let stored = store.get_proposal("a", &p.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, ProposalState::Cancelled);
+    assert!(stored.decision.is_none());
+    assert!(matches!(
+        store.record_decision("b", &p.id, rejection(&p.spec)).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+pub async fn racing_results_and_a_cancel_leave_exactly_one_terminal_state(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = reviewing(&store, "a", "o").await;
+    let mut racers = Vec::new();
+    for _ in 0..6 {
+        let (store, id, decision) = (store.clone(), p.id.clone(), rejection(&p.spec));
+        racers.push(tokio::spawn(async move {
+            match store.record_decision("a", &id, decision).await.unwrap() {
+                countersign_store::RecordOutcome::Recorded => 1_usize,
+                countersign_store::RecordOutcome::Discarded(_) => 0_usize,
+                stale => panic!("{stale:?}"),
+            }
+        }));
+    }
+    let cancel = {
+        let (store, id) = (store.clone(), p.id.clone());
+        tokio::spawn(async move { store.cancel_proposal("a", &id, "race").await.is_ok() })
+    };
+    let mut recorded = 0;
+    for racer in racers {
+        recorded += racer.await.unwrap();
+    }
+    let cancelled = cancel.await.unwrap();
+    assert_eq!(
+        recorded + usize::from(cancelled),
+        1,
+        "one terminal state wins"
+    );
+    assert_eq!(
+        store.discarded_results("a", &p.id).await.unwrap(),
+        6 - recorded as u64
+    );
+    let terminal: Vec<_> = store
+        .proposal_events("a", &p.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind.is_terminal())
+        .collect();
+    assert_eq!(terminal.len(), 1);
+}
+
+pub async fn a_redelivered_review_keeps_its_first_start_time(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = store
+        .insert_proposal(new_proposal("a", ""))
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    let countersign_store::BeginReview::Reviewing { started_at, .. } =
+        store.begin_review("a", &p.id, "w1").await.unwrap()
+    else {
+        panic!("a pending proposal starts its review")
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let countersign_store::BeginReview::Reviewing {
+        started_at: again, ..
+    } = store.begin_review("a", &p.id, "w2").await.unwrap()
+    else {
+        panic!("a reviewing proposal is resumed")
+    };
+    assert_eq!(again, started_at);
+    store
+        .record_decision("a", &p.id, rejection(&p.spec))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.begin_review("a", &p.id, "w3").await.unwrap(),
+        countersign_store::BeginReview::Terminal(ProposalState::Rejected)
+    ));
+    assert!(matches!(
+        store.begin_review("b", &p.id, "w").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let events = store.proposal_events("a", &p.id).await.unwrap();
+    assert_eq!(
+        kinds(&events),
+        [
+            EventKind::Submitted,
+            EventKind::ReviewStarted,
+            EventKind::Rejected
+        ],
+        "a redelivery logs no second start"
+    );
+}
+
+pub async fn batches_of_reviews_and_decisions_may_span_tenants(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let mut keys = Vec::new();
+    let mut specs = Vec::new();
+    for tenant in ["a", "b", "a"] {
+        let p = store
+            .insert_proposal(new_proposal(tenant, ""))
+            .await
+            .unwrap()
+            .proposal()
+            .clone();
+        keys.push(countersign_store::ReviewKey {
+            tenant: tenant.into(),
+            id: p.id.clone(),
+        });
+        specs.push(p.spec);
+    }
+    let begun = store.begin_reviews(&keys, "w").await.unwrap();
+    assert_eq!(begun.len(), 3);
+    for (key, begun) in keys.iter().zip(&begun) {
+        let countersign_store::BeginReview::Reviewing { proposal, .. } = begun else {
+            panic!("every proposal of the batch starts")
+        };
+        assert_eq!((&proposal.tenant, &proposal.id), (&key.tenant, &key.id));
+    }
+    let items = keys
+        .iter()
+        .zip(&specs)
+        .map(|(k, s)| (k.clone(), rejection(s)))
+        .collect();
+    let recorded = store.record_decisions(items).await.unwrap();
+    assert!(
+        recorded
+            .iter()
+            .all(|r| matches!(r, countersign_store::RecordOutcome::Recorded))
+    );
+    for key in &keys {
+        let p = store.get_proposal(&key.tenant, &key.id).await.unwrap();
+        assert_eq!(p.unwrap().state, ProposalState::Rejected);
+    }
+    assert_eq!(
+        store.events_after(0, Some("b"), 100).await.unwrap().len(),
+        3
+    );
+}
+
+pub async fn overdue_reviews_are_found_in_every_tenant(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let pa = reviewing(&store, "a", "o").await;
+    let pb = reviewing(&store, "b", "o").await;
+    store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    let now = countersign_domain::now_ms() + 1;
+    let overdue = store.overdue_reviews(now, 10).await.unwrap();
+    let found: std::collections::BTreeSet<_> = overdue
+        .iter()
+        .map(|o| (o.tenant.clone(), o.proposal_id.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [("a".to_owned(), pa.id), ("b".to_owned(), pb.id)].into()
+    );
+    assert_eq!(store.overdue_reviews(now, 1).await.unwrap().len(), 1);
+    assert!(store.overdue_reviews(0, 10).await.unwrap().is_empty());
+}
+
+pub async fn suppressed_retries_are_counted_and_logged(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let p = reviewing(&store, "a", "o").await;
+    store
+        .record_decision("a", &p.id, rejection(&p.spec))
+        .await
+        .unwrap();
+    let key = countersign_store::ReviewKey {
+        tenant: "a".into(),
+        id: p.id.clone(),
+    };
+    store
+        .record_suppressed(vec![(key.clone(), 2)])
+        .await
+        .unwrap();
+    store.record_suppressed(vec![(key, 3)]).await.unwrap();
+    store.record_suppressed(Vec::new()).await.unwrap();
+    let stored = store.get_proposal("a", &p.id).await.unwrap().unwrap();
+    assert_eq!(stored.suppressed_retries, 5);
+    let events = store.events_after(0, Some("a"), 100).await.unwrap();
+    let suppressed: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Suppressed)
+        .collect();
+    assert_eq!(suppressed.len(), 2);
+    assert!(
+        suppressed
+            .iter()
+            .all(|e| e.proposal.state == ProposalState::Rejected && e.proposal.decision.is_some())
+    );
+}
+
+pub async fn the_breaker_trips_on_the_threshold_rejection_and_can_be_reset(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store
+        .set_tenant_policy(
+            "a",
+            TenantPolicy {
+                breaker_threshold: 2,
+                ..TenantPolicy::default()
+            },
+        )
+        .await
+        .unwrap();
+    let since = countersign_domain::now_ms();
+    let mut rejected = Vec::new();
+    for _ in 0..3 {
+        // Rejections a millisecond apart: the count orders them by time.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let p = reviewing(&store, "a", "loop").await;
+        store
+            .record_decision("a", &p.id, rejection(&p.spec))
+            .await
+            .unwrap();
+        rejected.push(p.id);
+    }
+    let tripped: Vec<_> = store
+        .events_after(0, Some("a"), 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == EventKind::BreakerTripped)
+        .map(|e| e.proposal.id)
+        .collect();
+    assert_eq!(
+        tripped,
+        [rejected[1].clone()],
+        "exactly the second trips it"
+    );
+    let rejections = store.rejections_since(since).await.unwrap();
+    assert_eq!(rejections.len(), 3);
+    assert!(
+        rejections
+            .iter()
+            .all(|r| r.tenant == "a" && r.operator == "loop")
+    );
+    store.reset_breaker("a", "loop").await.unwrap();
+    let resets = store.breaker_resets(since).await.unwrap();
+    assert_eq!(resets.len(), 1);
+    assert_eq!(
+        (resets[0].tenant.as_str(), resets[0].operator.as_str()),
+        ("a", "loop")
+    );
+    assert!(matches!(
+        store.reset_breaker("ghost", "loop").await,
+        Err(StoreError::NotFound(_))
+    ));
+    // After the reset the count starts again: the next two rejections trip it once more.
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let p = reviewing(&store, "a", "loop").await;
+        store
+            .record_decision("a", &p.id, rejection(&p.spec))
+            .await
+            .unwrap();
+    }
+    let trips = store
+        .events_after(0, Some("a"), 100)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == EventKind::BreakerTripped)
+        .count();
+    assert_eq!(trips, 2);
+}
+
+pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let input = countersign_store::SopInput {
+        id: "SOP-1".into(),
+        action: "host_restart_service".into(),
+        title: "t".into(),
+        covers: "c".into(),
+        rollback_path: "undo".into(),
+        max_blast_radius: BlastRadius::Cluster,
+        selector: [("role".to_owned(), "web".to_owned())].into(),
+    };
+    assert_eq!(store.put_sop("a", input.clone()).await.unwrap().version, 1);
+    let second = store.put_sop("a", input).await.unwrap();
+    assert_eq!(second.version, 2);
+    assert_eq!(store.get_sop("a", "SOP-1").await.unwrap().unwrap(), second);
+    assert!(store.get_sop("b", "SOP-1").await.unwrap().is_none());
+    assert!(matches!(
+        store.retire_sop("b", "SOP-1").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let retired = store.retire_sop("a", "SOP-1").await.unwrap();
+    assert!(retired.retired && retired.version == 3);
+    assert_eq!(store.retire_sop("a", "SOP-1").await.unwrap().version, 3);
+    assert_eq!(store.list_sops("a").await.unwrap(), [retired]);
+    assert!(store.list_sops("b").await.unwrap().is_empty());
+
+    put_online(&store, "a", "n1", "c1").await;
+    store
+        .put_target(
+            "a",
+            "n1",
+            countersign_domain::TargetStatus::Maintenance,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let target = store.get_target("a", "n1").await.unwrap().unwrap();
+    assert_eq!(target.status, countersign_domain::TargetStatus::Maintenance);
+    assert!(target.labels.is_empty());
+    assert_eq!(store.list_targets("a").await.unwrap(), [target]);
+    assert!(store.get_target("b", "n1").await.unwrap().is_none());
+    assert!(store.list_targets("b").await.unwrap().is_empty());
+}
+
+pub async fn tenants_and_keys_are_listed_across_tenants_for_administration(store: DynStore) {
+    for tenant in ["b", "a"] {
+        store.create_tenant(tenant).await.unwrap();
+        store
+            .create_api_key(NewApiKey {
+                tenant: tenant.into(),
+                name: String::new(),
+                role: Role::Auditor,
+                agent: false,
+            })
+            .await
+            .unwrap();
+    }
+    let names: Vec<_> = store
+        .list_tenants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    let keys = store.list_api_keys(None).await.unwrap();
+    let tenants: Vec<_> = keys.iter().map(|k| k.tenant.as_str()).collect();
+    assert_eq!(tenants, ["a", "b"]);
+    assert!(keys[0].name.starts_with("auditor-"));
+    assert!(store.get_tenant("c").await.unwrap().is_none());
+}
+
+pub async fn subscribers_hear_of_each_change_after_it_commits(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let mut changes = store.subscribe();
+    let p = store
+        .insert_proposal(new_proposal("a", ""))
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    store.cancel_proposal("a", &p.id, "no").await.unwrap();
+    let first = changes.recv().await.unwrap();
+    assert_eq!(
+        (
+            first.tenant.as_str(),
+            first.proposal_id.as_str(),
+            first.kind
+        ),
+        ("a", p.id.as_str(), EventKind::Submitted)
+    );
+    let second = changes.recv().await.unwrap();
+    assert_eq!(
+        (second.kind, second.state),
+        (EventKind::Cancelled, ProposalState::Cancelled)
+    );
+    let deduplicated = store.insert_proposal(new_proposal("a", "k")).await.unwrap();
+    store.insert_proposal(new_proposal("a", "k")).await.unwrap();
+    let third = changes.recv().await.unwrap();
+    assert_eq!(third.proposal_id, deduplicated.proposal().id);
+    assert!(
+        changes.try_recv().is_err(),
+        "a deduplicated submission changes nothing"
+    );
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -556,19 +1019,43 @@ mod backends {
         store.migrate().await.unwrap();
         (Arc::new(store), dir)
     }
+
+    pub use crate::support::store as postgres;
 }
 
-store_suite!(sqlite, crate::backends::sqlite;
-    first_bootstrap_creates_the_default_tenant_and_an_admin_key_once,
-    tenants_are_unique_and_well_named,
-    keys_are_stored_hashed_and_can_be_revoked,
-    a_proposal_is_visible_only_to_its_own_tenant,
-    an_idempotency_key_returns_the_same_proposal_or_conflicts,
-    a_cancelled_proposal_stays_cancelled,
-    review_facts_find_exactly_the_overlapping_earlier_operations,
-    an_approval_blocks_overlapping_operations_for_the_window,
-    an_approval_whose_sop_was_retired_before_commit_is_stale,
-    events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
-    pruning_moves_the_horizon_and_keeps_newer_events,
-    the_audit_log_chains_each_tenants_decisions_in_commit_order,
-);
+#[path = "support/postgres.rs"]
+mod support;
+
+/// Every test of the suite, for one backend.
+macro_rules! every_store_test {
+    ($backend:ident, $make:path) => {
+        store_suite!($backend, $make;
+            first_bootstrap_creates_the_default_tenant_and_an_admin_key_once,
+            tenants_are_unique_and_well_named,
+            keys_are_stored_hashed_and_can_be_revoked,
+            a_proposal_is_visible_only_to_its_own_tenant,
+            an_idempotency_key_returns_the_same_proposal_or_conflicts,
+            a_cancelled_proposal_stays_cancelled,
+            review_facts_find_exactly_the_overlapping_earlier_operations,
+            an_approval_blocks_overlapping_operations_for_the_window,
+            an_approval_whose_sop_was_retired_before_commit_is_stale,
+            events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
+            pruning_moves_the_horizon_and_keeps_newer_events,
+            a_decision_is_recorded_once_and_a_late_result_is_discarded,
+            a_result_after_a_cancel_is_discarded_not_applied,
+            racing_results_and_a_cancel_leave_exactly_one_terminal_state,
+            a_redelivered_review_keeps_its_first_start_time,
+            batches_of_reviews_and_decisions_may_span_tenants,
+            overdue_reviews_are_found_in_every_tenant,
+            suppressed_retries_are_counted_and_logged,
+            the_breaker_trips_on_the_threshold_rejection_and_can_be_reset,
+            sops_are_versioned_and_targets_replaced_per_tenant,
+            tenants_and_keys_are_listed_across_tenants_for_administration,
+            subscribers_hear_of_each_change_after_it_commits,
+            the_audit_log_chains_each_tenants_decisions_in_commit_order,
+        );
+    };
+}
+
+every_store_test!(sqlite, crate::backends::sqlite);
+every_store_test!(postgres, crate::backends::postgres);

@@ -6,21 +6,7 @@ use crate::{EventKind, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
 pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEvent {
-    let kind = match state {
-        ProposalState::Pending => EventKind::Submitted,
-        ProposalState::Reviewing => EventKind::ReviewStarted,
-        ProposalState::Approved => EventKind::Approved,
-        ProposalState::Rejected => EventKind::Rejected,
-        ProposalState::Cancelled => EventKind::Cancelled,
-        ProposalState::TimedOut => EventKind::TimedOut,
-    };
-    StoreEvent {
-        cursor: None,
-        tenant: tenant.to_owned(),
-        proposal_id: proposal_id.to_owned(),
-        kind,
-        state,
-    }
+    StoreEvent::changed_to(tenant, proposal_id, state)
 }
 
 pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {

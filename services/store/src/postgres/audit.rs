@@ -1,0 +1,273 @@
+//! The decision log on PostgreSQL: the sequencer's appends (decisions in
+//! commit order, see migrations/postgres/0005), queries, verification reads
+//! and checkpoints, each in its tenant's row-level-security scope.
+
+use countersign_domain::{
+    Millis,
+    audit::{
+        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, StoredEntry, chain,
+        parse_hash,
+    },
+};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, postgres::PgRow};
+
+use super::{review::decision_from_row, scope};
+use crate::{Result, StoreError};
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+/// Appends up to `limit` decisions not yet in their tenant's log, in commit
+/// order, in one transaction; returns how many. Sequencers take turns on the
+/// progress row.
+#[tracing::instrument(name = "store.postgres.append_audit", skip(pool))]
+pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
+    // Reading every tenant's new decisions is a system-scope read; each
+    // tenant's entries are then written in that tenant's scope.
+    let mut tx = scope::system(pool).await?;
+    let through: i64 =
+        sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1 FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await?;
+    let rows = sqlx::query(
+        "SELECT d.commit_order, d.*, p.action, p.target, p.operator, p.submitted_by,
+                p.blast_radius
+         FROM decisions d JOIN proposals p ON p.id = d.proposal_id AND p.tenant = d.tenant
+         WHERE d.commit_order > $1 ORDER BY d.commit_order LIMIT $2",
+    )
+    .bind(through)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    let Some(last) = rows.last() else {
+        return Ok(0);
+    };
+    let last: i64 = last.try_get("commit_order")?;
+    let records = rows
+        .iter()
+        .map(record_from_row)
+        .collect::<Result<Vec<_>>>()?;
+
+    let groups = scope::by_tenant(&records, |r| r.tenant.as_str());
+    for (tenant, indices) in groups {
+        scope::enter_tenant(&mut tx, &tenant).await?;
+        let (mut sequence, mut head) = head_in(&mut tx, &tenant).await?;
+        let mut insert: QueryBuilder<Postgres> = QueryBuilder::new(
+            "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
+                 operator, submitted_by, outcome, blast_radius, sop_id, record, digest) ",
+        );
+        insert.push_values(indices.iter().map(|&i| &records[i]), |mut row, record| {
+            sequence += 1;
+            head = chain(&head, &record.leaf_hash());
+            row.push_bind(record.tenant.clone())
+                .push_bind(sequence as i64)
+                .push_bind(record.proposal_id.clone())
+                .push_bind(record.decided_at)
+                .push_bind(record.action.clone())
+                .push_bind(record.target.clone())
+                .push_bind(record.operator.clone())
+                .push_bind(record.submitted_by.clone())
+                .push_bind(record.outcome.as_str())
+                .push_bind(record.blast_radius.as_str())
+                .push_bind(record.sop_id.clone())
+                .push_bind(record.canonical_json())
+                .push_bind(hex::encode(head));
+        });
+        insert.build().execute(&mut *tx).await?;
+    }
+    sqlx::query("UPDATE audit_progress SET through = $1 WHERE id = 1")
+        .bind(last)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(records.len() as u64)
+}
+
+fn record_from_row(row: &PgRow) -> Result<AuditRecord> {
+    let decision = decision_from_row(row)?;
+    let id: String = row.try_get("proposal_id")?;
+    let radius: String = row.try_get("blast_radius")?;
+    Ok(AuditRecord {
+        tenant: row.try_get("tenant")?,
+        action: row.try_get("action")?,
+        target: row.try_get("target")?,
+        operator: row.try_get("operator")?,
+        submitted_by: row.try_get("submitted_by")?,
+        blast_radius: radius
+            .parse()
+            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+        outcome: decision.outcome,
+        reason: decision.reason,
+        agent_message: decision.agent_message,
+        sop_id: decision.sop_id,
+        sop_version: decision.sop_version,
+        rollback_path: decision.rollback_path,
+        gates: decision.gates,
+        missing_gates: decision.missing_gates,
+        reviewer: decision.reviewer,
+        decided_at: decision.decided_at,
+        summary: decision.summary,
+        review_latency_ms: decision.review_latency_ms,
+        proposal_id: id,
+    })
+}
+
+async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
+    let row: Option<(i64, String)> = sqlx::query_as(
+        "SELECT sequence, digest FROM audit_log WHERE tenant = $1 ORDER BY sequence DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        None => Ok((0, EMPTY_HEAD)),
+        Some((sequence, digest)) => {
+            let digest = parse_hash(&digest)
+                .ok_or_else(|| corrupt(format!("audit entry {sequence} of {tenant}: digest")))?;
+            Ok((sequence as u64, digest))
+        }
+    }
+}
+
+pub async fn head(pool: &PgPool, tenant: &str) -> Result<(u64, String)> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let (size, digest) = head_in(&mut tx, tenant).await?;
+    tx.commit().await?;
+    Ok((size, hex::encode(digest)))
+}
+
+fn entry_from_row(row: &PgRow) -> Result<AuditEntry> {
+    let sequence: i64 = row.try_get("sequence")?;
+    let record: String = row.try_get("record")?;
+    Ok(AuditEntry {
+        sequence: sequence as u64,
+        digest: row.try_get("digest")?,
+        record: serde_json::from_str(&record)
+            .map_err(|e| corrupt(format!("audit entry {sequence}: {e}")))?,
+    })
+}
+
+#[tracing::instrument(name = "store.postgres.list_audit", skip(pool, filter))]
+pub async fn list(
+    pool: &PgPool,
+    tenant: &str,
+    filter: &AuditFilter,
+    before: Option<u64>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>> {
+    let mut q: QueryBuilder<Postgres> =
+        QueryBuilder::new("SELECT sequence, digest, record FROM audit_log WHERE tenant = ");
+    q.push_bind(tenant.to_owned());
+    let mut eq = |column: &str, value: &Option<String>| {
+        if let Some(value) = value {
+            q.push(format!(" AND {column} = ")).push_bind(value.clone());
+        }
+    };
+    eq("action", &filter.action);
+    eq("target", &filter.target);
+    eq("operator", &filter.operator);
+    eq("submitted_by", &filter.submitted_by);
+    eq("sop_id", &filter.sop_id);
+    eq("outcome", &filter.outcome.map(|o| o.as_str().to_owned()));
+    eq(
+        "blast_radius",
+        &filter.blast_radius.map(|r| r.as_str().to_owned()),
+    );
+    if let Some(from) = filter.decided_from {
+        q.push(" AND decided_at >= ").push_bind(from);
+    }
+    if let Some(until) = filter.decided_until {
+        q.push(" AND decided_at < ").push_bind(until);
+    }
+    if let Some(before) = before {
+        q.push(" AND sequence < ")
+            .push_bind(i64::try_from(before).unwrap_or(i64::MAX));
+    }
+    q.push(" ORDER BY sequence DESC LIMIT ")
+        .push_bind(i64::from(limit));
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let rows = q.build().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    rows.iter().map(entry_from_row).collect()
+}
+
+pub async fn get(pool: &PgPool, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let row = sqlx::query(
+        "SELECT sequence, digest, record FROM audit_log WHERE tenant = $1 AND proposal_id = $2",
+    )
+    .bind(tenant)
+    .bind(proposal_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    row.as_ref().map(entry_from_row).transpose()
+}
+
+pub async fn range(
+    pool: &PgPool,
+    tenant: &str,
+    after: u64,
+    limit: u32,
+) -> Result<Vec<StoredEntry>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT sequence, digest, record FROM audit_log
+         WHERE tenant = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
+    )
+    .bind(tenant)
+    .bind(i64::try_from(after).unwrap_or(i64::MAX))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows
+        .into_iter()
+        .map(|(sequence, digest, record)| StoredEntry {
+            sequence: sequence as u64,
+            digest,
+            record,
+        })
+        .collect())
+}
+
+pub async fn save_checkpoint(pool: &PgPool, checkpoint: &Checkpoint) -> Result<()> {
+    let mut tx = scope::tenant(pool, &checkpoint.tenant).await?;
+    sqlx::query(
+        "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key, signature)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+    )
+    .bind(&checkpoint.tenant)
+    .bind(i64::try_from(checkpoint.size).unwrap_or(i64::MAX))
+    .bind(&checkpoint.head_digest)
+    .bind(checkpoint.signed_at)
+    .bind(&checkpoint.public_key)
+    .bind(&checkpoint.signature)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn latest_checkpoint(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let row: Option<(i64, String, Millis, String, String)> = sqlx::query_as(
+        "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
+         WHERE tenant = $1 ORDER BY signed_at DESC, size DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(row.map(
+        |(size, head_digest, signed_at, public_key, signature)| Checkpoint {
+            tenant: tenant.to_owned(),
+            size: size as u64,
+            head_digest,
+            signed_at,
+            public_key,
+            signature,
+        },
+    ))
+}

@@ -1,0 +1,177 @@
+//! The event log: read by cursor (commit-ordered; see
+//! migrations/postgres/0002_review.sql), its horizon, and its retention.
+
+use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
+use sqlx::{PgPool, Row};
+
+use super::{proposals, review, scope};
+use crate::{EventKind, Result, StoreError, StoreEvent};
+
+#[tracing::instrument(name = "store.postgres.proposal_events", skip(pool))]
+pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let rows = sqlx::query(
+        "SELECT cursor, tenant, proposal_id, kind, state FROM events
+         WHERE tenant = $1 AND proposal_id = $2 ORDER BY cursor",
+    )
+    .bind(tenant)
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    rows.iter()
+        .map(|row| {
+            let kind: String = row.try_get("kind")?;
+            let state: String = row.try_get("state")?;
+            Ok(StoreEvent {
+                cursor: Some(row.try_get("cursor")?),
+                tenant: row.try_get("tenant")?,
+                proposal_id: row.try_get("proposal_id")?,
+                kind: kind
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("events.kind: {e}")))?,
+                state: state
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("events.state: {e}")))?,
+            })
+        })
+        .collect()
+}
+
+/// One tenant's events (its scope), or every tenant's (the fan-out: system
+/// scope). `$3` is NULL for every tenant.
+const AFTER: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
+        e.created_at AS ev_at, p.*
+     FROM events e JOIN proposals p ON p.tenant = e.tenant AND p.id = e.proposal_id
+     WHERE e.cursor > $1 AND ($3::text IS NULL OR e.tenant = $3)
+     ORDER BY e.cursor LIMIT $2";
+
+#[tracing::instrument(name = "store.postgres.events_after", skip(pool))]
+pub async fn after(
+    pool: &PgPool,
+    after: u64,
+    tenant: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Event>> {
+    let mut tx = match tenant {
+        Some(tenant) => scope::tenant(pool, tenant).await?,
+        None => scope::system(pool).await?,
+    };
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let rows = sqlx::query(AFTER)
+        .bind(after)
+        .bind(i64::from(limit))
+        .bind(tenant)
+        .fetch_all(&mut *tx)
+        .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let cursor: i64 = row.try_get("ev_cursor")?;
+        let kind: String = row.try_get("ev_kind")?;
+        let state: String = row.try_get("ev_state")?;
+        let kind: EventKind = kind
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+        let state: ProposalState = state
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+        let proposal = proposals::from_row(row)?;
+        events.push(Event::at(
+            cursor as u64,
+            kind,
+            state,
+            row.try_get("ev_at")?,
+            proposal,
+        ));
+    }
+    let ended: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e.proposal.state.is_terminal())
+        .map(|e| (e.proposal.tenant.clone(), e.proposal.id.clone()))
+        .collect();
+    if !ended.is_empty() {
+        let (tenants, ids): (Vec<String>, Vec<String>) = ended.into_iter().unzip();
+        let rows = sqlx::query(
+            "SELECT d.* FROM unnest($1::text[], $2::text[]) AS j(tenant, id)
+             JOIN decisions AS d ON d.proposal_id = j.id AND d.tenant = j.tenant",
+        )
+        .bind(&tenants)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut decisions = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let id: String = row.try_get("proposal_id")?;
+            decisions.insert(id, review::decision_from_row(row)?);
+        }
+        for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
+            event.proposal.decision = decisions.get(&event.proposal.id).cloned();
+        }
+    }
+    tx.commit().await?;
+    Ok(events)
+}
+
+/// The newest committed cursor (kept by the retention mark once every event
+/// has been pruned) and the mark itself.
+pub async fn horizon(pool: &PgPool) -> Result<EventHorizon> {
+    let mut tx = scope::system(pool).await?;
+    let (pruned, newest): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
+                COALESCE((SELECT MAX(cursor) FROM events), 0)",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(EventHorizon {
+        pruned_through: pruned.max(0) as u64,
+        latest: newest.max(pruned).max(0) as u64,
+    })
+}
+
+/// Events examined per prune (the pump prunes every minute).
+const PRUNE_SLICE: i64 = 50_000;
+
+/// Deletes the oldest events, up to the newest of them committed before
+/// `created_before`, and moves the retention mark, a slice per transaction.
+#[tracing::instrument(name = "store.postgres.prune_events", skip(pool))]
+pub async fn prune(pool: &PgPool, created_before: Millis) -> Result<u64> {
+    let mut total = 0;
+    for _ in 0..100 {
+        let deleted = prune_slice(pool, created_before).await?;
+        total += deleted;
+        if deleted == 0 {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
+    let mut tx = scope::system(pool).await?;
+    // From the head of the log (the oldest events, by cursor).
+    let through: Option<i64> = sqlx::query_scalar(
+        "SELECT MAX(cursor) FROM (SELECT cursor, created_at FROM events ORDER BY cursor LIMIT $1) s
+         WHERE created_at < $2",
+    )
+    .bind(PRUNE_SLICE)
+    .bind(created_before)
+    .fetch_one(&mut *tx)
+    .await?;
+    let Some(through) = through else {
+        return Ok(0);
+    };
+    let deleted = sqlx::query("DELETE FROM events WHERE cursor <= $1")
+        .bind(through)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    sqlx::query(
+        "UPDATE event_retention SET pruned_through = GREATEST(pruned_through, $1) WHERE id = 1",
+    )
+    .bind(through)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(deleted)
+}

@@ -1,0 +1,165 @@
+use countersign_domain::{Proposal, ProposalState};
+use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+
+use super::{review, scope};
+use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
+
+pub fn from_row(row: &PgRow) -> Result<Proposal> {
+    let id: String = row.try_get("id")?;
+    let spec_json: String = row.try_get("spec_json")?;
+    let spec = serde_json::from_str(&spec_json)
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
+    let state: String = row.try_get("state")?;
+    let state = state
+        .parse::<ProposalState>()
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
+    let suppressed: i64 = row.try_get("suppressed_retries")?;
+    Ok(Proposal {
+        tenant: row.try_get("tenant")?,
+        spec,
+        state,
+        submitted_by: row.try_get("submitted_by")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        decision: None,
+        suppressed_retries: suppressed.max(0) as u64,
+        cancel_reason: row.try_get("cancel_reason")?,
+        id,
+    })
+}
+
+/// One proposal of one tenant, with its decision once it has one; the
+/// transaction must be in the tenant's scope.
+pub async fn fetch(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+    let row = sqlx::query("SELECT * FROM proposals WHERE tenant = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let mut proposal = from_row(&row)?;
+    if proposal.state.is_terminal() {
+        proposal.decision = review::decision_of(conn, tenant, id).await?;
+    }
+    Ok(Some(proposal))
+}
+
+/// The row, and by trigger its queue entry (the outbox) and SUBMITTED event;
+/// the transaction must be in the tenant's scope with the event log locked.
+pub async fn insert(
+    conn: &mut PgConnection,
+    new: NewProposal,
+) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
+    let digest = new.spec.digest();
+    let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
+    let id = ulid::Ulid::new().to_string();
+    let now = now_ms();
+    let inserted = sqlx::query(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12)
+         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+    )
+    .bind(&id)
+    .bind(&new.tenant)
+    .bind(&new.spec.action)
+    .bind(new.spec.class.as_str())
+    .bind(&new.spec.target)
+    .bind(new.spec.blast_radius.as_str())
+    .bind(&new.spec.operator)
+    .bind(new.spec.canonical_json())
+    .bind(&digest)
+    .bind(&key)
+    .bind(&new.submitted_by)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        let event = StoreEvent::changed_to(&new.tenant, &id, ProposalState::Pending);
+        let proposal = Proposal {
+            id,
+            tenant: new.tenant,
+            spec: new.spec,
+            state: ProposalState::Pending,
+            submitted_by: new.submitted_by,
+            created_at: now,
+            updated_at: now,
+            decision: None,
+            suppressed_retries: 0,
+            cancel_reason: None,
+        };
+        return Ok((SubmitOutcome::Created(proposal), Some(event)));
+    }
+    // The idempotency key was taken: the same spec is the same proposal.
+    let key = key.unwrap_or_default();
+    let (earlier_id, earlier_digest): (String, String) = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
+    )
+    .bind(&new.tenant)
+    .bind(&key)
+    .fetch_one(&mut *conn)
+    .await?;
+    if earlier_digest != digest {
+        return Err(StoreError::AlreadyExists(format!(
+            "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
+        )));
+    }
+    let proposal = fetch(conn, &new.tenant, &earlier_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
+    Ok((SubmitOutcome::Deduplicated(proposal), None))
+}
+
+#[tracing::instrument(name = "store.postgres.insert_proposal", skip_all, fields(tenant = %new.tenant))]
+pub async fn insert_one(
+    pool: &PgPool,
+    new: NewProposal,
+) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
+    let mut tx = scope::tenant_appending(pool, &new.tenant).await?;
+    let inserted = insert(&mut tx, new).await?;
+    tx.commit().await?;
+    Ok(inserted)
+}
+
+#[tracing::instrument(name = "store.postgres.get_proposal", skip(pool))]
+pub async fn get(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let proposal = fetch(&mut tx, tenant, id).await?;
+    tx.commit().await?;
+    Ok(proposal)
+}
+
+#[tracing::instrument(name = "store.postgres.cancel_proposal", skip(pool, reason))]
+pub async fn cancel(
+    pool: &PgPool,
+    tenant: &str,
+    id: &str,
+    reason: &str,
+) -> Result<(Proposal, StoreEvent)> {
+    let mut tx = scope::tenant_appending(pool, tenant).await?;
+    let row = sqlx::query(
+        "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
+         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing') RETURNING *",
+    )
+    .bind(reason)
+    .bind(now_ms())
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(row) = row {
+        let proposal = from_row(&row)?;
+        tx.commit().await?;
+        return Ok((
+            proposal,
+            StoreEvent::changed_to(tenant, id, ProposalState::Cancelled),
+        ));
+    }
+    match fetch(&mut tx, tenant, id).await? {
+        None => Err(StoreError::NotFound(format!("proposal `{id}`"))),
+        Some(current) => Err(StoreError::FailedPrecondition(format!(
+            "proposal {id} is already {} and can no longer be cancelled",
+            current.state
+        ))),
+    }
+}

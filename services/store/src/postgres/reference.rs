@@ -1,0 +1,223 @@
+//! SOPs and targets.
+
+use std::collections::BTreeMap;
+
+use countersign_domain::{Sop, Target, TargetStatus};
+use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+
+use super::scope;
+use crate::{Result, SopInput, StoreError, now_ms};
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+pub fn sop_from_row(row: &PgRow) -> Result<Sop> {
+    let id: String = row.try_get("id")?;
+    let radius: String = row.try_get("max_blast_radius")?;
+    let selector: String = row.try_get("selector_json")?;
+    let version: i64 = row.try_get("version")?;
+    Ok(Sop {
+        action: row.try_get("action")?,
+        title: row.try_get("title")?,
+        covers: row.try_get("covers")?,
+        rollback_path: row.try_get("rollback_path")?,
+        max_blast_radius: radius
+            .parse()
+            .map_err(|e| corrupt(&format!("sop {id}"), e))?,
+        selector: serde_json::from_str(&selector)
+            .map_err(|e| corrupt(&format!("sop {id} selector"), e))?,
+        version: u32::try_from(version).map_err(|e| corrupt(&format!("sop {id} version"), e))?,
+        retired: row.try_get("retired")?,
+        updated_at: row.try_get("updated_at")?,
+        id,
+    })
+}
+
+pub fn target_from_row(row: &PgRow) -> Result<Target> {
+    let id: String = row.try_get("id")?;
+    let status: String = row.try_get("status")?;
+    let labels: String = row.try_get("labels_json")?;
+    Ok(Target {
+        status: status
+            .parse()
+            .map_err(|e| corrupt(&format!("target {id}"), e))?,
+        labels: serde_json::from_str(&labels)
+            .map_err(|e| corrupt(&format!("target {id} labels"), e))?,
+        updated_at: row.try_get("updated_at")?,
+        id,
+    })
+}
+
+/// The current SOP row and its version history entry.
+async fn write_sop(conn: &mut PgConnection, tenant: &str, sop: &Sop) -> Result<()> {
+    for table in ["sops", "sop_versions"] {
+        let upsert = if table == "sops" {
+            "ON CONFLICT (tenant, id) DO UPDATE SET version = excluded.version,
+                 action = excluded.action, title = excluded.title, covers = excluded.covers,
+                 rollback_path = excluded.rollback_path,
+                 max_blast_radius = excluded.max_blast_radius,
+                 selector_json = excluded.selector_json, retired = excluded.retired,
+                 updated_at = excluded.updated_at"
+        } else {
+            ""
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {table} (tenant, id, version, action, title, covers, rollback_path,
+                 max_blast_radius, selector_json, retired, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) {upsert}"
+        ))
+        .bind(tenant)
+        .bind(&sop.id)
+        .bind(i64::from(sop.version))
+        .bind(&sop.action)
+        .bind(&sop.title)
+        .bind(&sop.covers)
+        .bind(&sop.rollback_path)
+        .bind(sop.max_blast_radius.as_str())
+        .bind(serde_json::to_string(&sop.selector).expect("labels serialize"))
+        .bind(sop.retired)
+        .bind(sop.updated_at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The current version, locked until the transaction ends (two puts of one
+/// SOP take consecutive versions).
+async fn current_sop(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Sop>> {
+    sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2 FOR UPDATE")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(sop_from_row)
+        .transpose()
+}
+
+#[tracing::instrument(name = "store.postgres.put_sop", skip(pool, input), fields(sop = %input.id))]
+pub async fn put_sop(pool: &PgPool, tenant: &str, input: SopInput) -> Result<Sop> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let current = current_sop(&mut tx, tenant, &input.id).await?;
+    let sop = Sop {
+        version: current.map_or(1, |c| c.version + 1),
+        id: input.id,
+        action: input.action,
+        title: input.title,
+        covers: input.covers,
+        rollback_path: input.rollback_path,
+        max_blast_radius: input.max_blast_radius,
+        selector: input.selector,
+        retired: false,
+        updated_at: now_ms(),
+    };
+    write_sop(&mut tx, tenant, &sop).await?;
+    tx.commit().await?;
+    Ok(sop)
+}
+
+#[tracing::instrument(name = "store.postgres.retire_sop", skip(pool))]
+pub async fn retire_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Sop> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let current = current_sop(&mut tx, tenant, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?;
+    if current.retired {
+        return Ok(current);
+    }
+    let sop = Sop {
+        version: current.version + 1,
+        retired: true,
+        updated_at: now_ms(),
+        ..current
+    };
+    write_sop(&mut tx, tenant, &sop).await?;
+    tx.commit().await?;
+    Ok(sop)
+}
+
+pub async fn get_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Sop>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let row = sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    row.as_ref().map(sop_from_row).transpose()
+}
+
+pub async fn list_sops(pool: &PgPool, tenant: &str) -> Result<Vec<Sop>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let rows = sqlx::query("SELECT * FROM sops WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
+        .bind(tenant)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    rows.iter().map(sop_from_row).collect()
+}
+
+#[tracing::instrument(name = "store.postgres.put_target", skip(pool, labels))]
+pub async fn put_target(
+    pool: &PgPool,
+    tenant: &str,
+    id: &str,
+    status: TargetStatus,
+    labels: BTreeMap<String, String>,
+) -> Result<Target> {
+    let target = Target {
+        id: id.to_owned(),
+        status,
+        labels,
+        updated_at: now_ms(),
+    };
+    let mut tx = scope::tenant(pool, tenant).await?;
+    sqlx::query(
+        "INSERT INTO targets (tenant, id, status, labels_json, cluster, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (tenant, id) DO UPDATE SET status = excluded.status,
+             labels_json = excluded.labels_json, cluster = excluded.cluster,
+             updated_at = excluded.updated_at",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(status.as_str())
+    .bind(serde_json::to_string(&target.labels).expect("labels serialize"))
+    .bind(target.cluster())
+    .bind(target.updated_at)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(target)
+}
+
+/// A target, read in the caller's transaction (in the tenant's scope).
+pub async fn get_target(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Target>> {
+    sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(target_from_row)
+        .transpose()
+}
+
+pub async fn get_target_in(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Target>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let target = get_target(&mut tx, tenant, id).await?;
+    tx.commit().await?;
+    Ok(target)
+}
+
+pub async fn list_targets(pool: &PgPool, tenant: &str) -> Result<Vec<Target>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let rows = sqlx::query("SELECT * FROM targets WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
+        .bind(tenant)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    rows.iter().map(target_from_row).collect()
+}

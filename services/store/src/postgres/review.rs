@@ -1,0 +1,530 @@
+//! The reviewer's side of the store: start a review, gather its facts, record
+//! its decision exactly once. Batches may span tenants: one transaction, and
+//! the scope switches per tenant group.
+
+use std::collections::HashMap;
+
+use countersign_domain::{
+    Decision, DecisionOutcome, GateResult, Millis, Proposal, ProposalState,
+    gates::{OtherOperation, ReviewFacts},
+};
+use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+
+use super::{proposals, reference, scope, suppression, tenants};
+use crate::{
+    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, now_ms,
+};
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+pub fn decision_from_row(row: &PgRow) -> Result<Decision> {
+    let id: String = row.try_get("proposal_id")?;
+    let outcome: String = row.try_get("outcome")?;
+    let gates: String = row.try_get("gates_json")?;
+    let missing: String = row.try_get("missing_gates_json")?;
+    let sop_version: Option<i64> = row.try_get("sop_version")?;
+    let latency: i64 = row.try_get("review_latency_ms")?;
+    Ok(Decision {
+        outcome: outcome
+            .parse()
+            .map_err(|e| corrupt(format!("decision {id}: {e}")))?,
+        reason: row.try_get("reason")?,
+        agent_message: row.try_get("agent_message")?,
+        sop_id: row.try_get("sop_id")?,
+        sop_version: sop_version.map(|v| v as u32),
+        rollback_path: row.try_get("rollback_path")?,
+        gates: serde_json::from_str::<Vec<GateResult>>(&gates)
+            .map_err(|e| corrupt(format!("decision {id} gates: {e}")))?,
+        missing_gates: serde_json::from_str(&missing)
+            .map_err(|e| corrupt(format!("decision {id} missing gates: {e}")))?,
+        reviewer: row.try_get("reviewer")?,
+        decided_at: row.try_get("decided_at")?,
+        summary: row.try_get("summary")?,
+        sequence: 0,
+        digest: String::new(),
+        review_latency_ms: latency.max(0) as u64,
+    })
+}
+
+pub async fn decision_of(
+    conn: &mut PgConnection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Decision>> {
+    sqlx::query("SELECT * FROM decisions WHERE tenant = $1 AND proposal_id = $2")
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .as_ref()
+        .map(decision_from_row)
+        .transpose()
+}
+
+/// A proposal of the batch that was not PENDING: redelivered while REVIEWING
+/// (it keeps its first start time), or already terminal.
+async fn resume_in(
+    conn: &mut PgConnection,
+    tenant: &str,
+    id: &str,
+    now: Millis,
+) -> Result<BeginReview> {
+    let row: Option<(String, Option<Millis>)> = sqlx::query_as(
+        "SELECT state, review_started_at FROM proposals WHERE tenant = $1 AND id = $2",
+    )
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let (state, started) = row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    let state: ProposalState = state
+        .parse()
+        .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
+    if state != ProposalState::Reviewing {
+        return Ok(BeginReview::Terminal(state));
+    }
+    let proposal = proposals::fetch(conn, tenant, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    Ok(BeginReview::Reviewing {
+        proposal: Box::new(proposal),
+        started_at: started.unwrap_or(now),
+    })
+}
+
+/// Starts the reviews of `items` in one transaction; answers in order.
+#[tracing::instrument(name = "store.postgres.begin_reviews", skip_all, fields(n = items.len()))]
+pub async fn begin_many(
+    pool: &PgPool,
+    items: &[ReviewKey],
+) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
+    let mut tx = pool.begin().await?;
+    scope::lock_event_log(&mut tx).await?;
+    let now = now_ms();
+    let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
+    let mut began = vec![false; items.len()];
+    for (tenant, indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
+        scope::enter_tenant(&mut tx, &tenant).await?;
+        let ids: Vec<&str> = indices.iter().map(|&i| items[i].id.as_str()).collect();
+        // The common case in one statement: every PENDING proposal of the group.
+        let rows = sqlx::query(
+            "UPDATE proposals SET state = 'reviewing', review_started_at = $1, updated_at = $1
+             WHERE tenant = $2 AND id = ANY($3) AND state = 'pending'
+             RETURNING *",
+        )
+        .bind(now)
+        .bind(&tenant)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut started = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let proposal = proposals::from_row(row)?;
+            started.insert(proposal.id.clone(), proposal);
+        }
+        for &i in &indices {
+            let id = &items[i].id;
+            out[i] = Some(match started.remove(id) {
+                Some(proposal) => {
+                    began[i] = true;
+                    BeginReview::Reviewing {
+                        proposal: Box::new(proposal),
+                        started_at: now,
+                    }
+                }
+                None => resume_in(&mut tx, &tenant, id, now).await?,
+            });
+        }
+    }
+    tx.commit().await?;
+    let events = items
+        .iter()
+        .zip(&began)
+        .filter(|(_, began)| **began)
+        .map(|(k, _)| StoreEvent::changed_to(&k.tenant, &k.id, ProposalState::Reviewing))
+        .collect();
+    Ok((out.into_iter().flatten().collect(), events))
+}
+
+/// Every operation that may block this one (the parallel-operation gate), in
+/// the proposal's tenant. Each branch is one index range; the outer filter is
+/// the exact rule (the domain's `blocks` checks it once more).
+const OTHERS: &str = "WITH candidates (cid) AS (
+       SELECT id FROM proposals WHERE tenant = $1 AND target = $6
+           AND state IN ('pending', 'reviewing')
+       UNION SELECT id FROM proposals WHERE tenant = $1 AND target = $6
+           AND state = 'approved' AND decided_at >= $4
+       UNION SELECT id FROM proposals WHERE tenant = $1
+           AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')
+       UNION SELECT id FROM proposals WHERE tenant = $1
+           AND blast_radius IN ('tenant_wide', 'cluster') AND state = 'approved'
+           AND decided_at >= $4
+       UNION SELECT id FROM proposals WHERE $5 = 'tenant_wide' AND tenant = $1
+           AND state IN ('pending', 'reviewing')
+       UNION SELECT id FROM proposals WHERE $5 = 'tenant_wide' AND tenant = $1
+           AND state = 'approved' AND decided_at >= $4
+       UNION SELECT p2.id FROM targets t2 JOIN proposals p2
+           ON p2.tenant = t2.tenant AND p2.target = t2.id
+           WHERE $5 = 'cluster' AND $7 IS NOT NULL AND t2.tenant = $1 AND t2.cluster = $7
+           AND (p2.state IN ('pending', 'reviewing')
+                OR (p2.state = 'approved' AND p2.decided_at >= $4)))
+ SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
+        t.cluster
+ FROM candidates c JOIN proposals p ON p.tenant = $1 AND p.id = c.cid
+ LEFT JOIN targets t ON t.tenant = p.tenant AND t.id = p.target
+ WHERE p.id <> $2
+   AND ((p.state IN ('pending', 'reviewing')
+         AND (p.created_at < $3 OR (p.created_at = $3 AND p.id COLLATE \"C\" < $2)))
+        OR (p.state = 'approved' AND p.decided_at >= $4))
+   AND ($5 = 'tenant_wide' OR p.blast_radius = 'tenant_wide' OR p.target = $6
+        OR ($7 IS NOT NULL AND t.cluster = $7
+            AND ($5 = 'cluster' OR p.blast_radius = 'cluster')))
+ ORDER BY p.created_at, p.id COLLATE \"C\"
+ LIMIT 16";
+
+#[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(proposal = %proposal.id))]
+pub async fn facts(pool: &PgPool, proposal: &Proposal) -> Result<ReviewFacts> {
+    // One read-only snapshot for every fact.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    scope::enter_tenant(&mut tx, &proposal.tenant).await?;
+    let tenant = tenants::get(&mut tx, &proposal.tenant)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("tenant `{}`", proposal.tenant)))?;
+    let sops = sqlx::query(
+        "SELECT * FROM sops WHERE tenant = $1 AND action = $2 ORDER BY id COLLATE \"C\"",
+    )
+    .bind(&proposal.tenant)
+    .bind(&proposal.spec.action)
+    .fetch_all(&mut *tx)
+    .await?
+    .iter()
+    .map(reference::sop_from_row)
+    .collect::<Result<Vec<_>>>()?;
+    let target = reference::get_target(&mut tx, &proposal.tenant, &proposal.spec.target).await?;
+    let now = now_ms();
+    let cluster = target.as_ref().and_then(|t| t.cluster()).map(str::to_owned);
+    let rows = sqlx::query(OTHERS)
+        .bind(&proposal.tenant)
+        .bind(&proposal.id)
+        .bind(proposal.created_at)
+        .bind(now - tenant.policy.parallel_window_ms)
+        .bind(proposal.spec.blast_radius.as_str())
+        .bind(&proposal.spec.target)
+        .bind(&cluster)
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let others = rows
+        .iter()
+        .map(|row| {
+            let id: String = row.try_get("id")?;
+            let radius: String = row.try_get("blast_radius")?;
+            let state: String = row.try_get("state")?;
+            Ok(OtherOperation {
+                action: row.try_get("action")?,
+                target: row.try_get("target")?,
+                target_cluster: row.try_get("cluster")?,
+                blast_radius: radius
+                    .parse()
+                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+                state: state
+                    .parse()
+                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+                created_at: row.try_get("created_at")?,
+                decided_at: row.try_get("decided_at")?,
+                id,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ReviewFacts {
+        proposal_id: proposal.id.clone(),
+        spec: proposal.spec.clone(),
+        created_at: proposal.created_at,
+        policy: tenant.policy,
+        sops,
+        target,
+        others,
+        now,
+    })
+}
+
+/// Whether an approval's facts still hold at commit: the cited SOP at the same
+/// version and active, the target still ONLINE. `None` when they do.
+fn stale_because(
+    decision: &Decision,
+    target: &str,
+    sop: Option<(i64, bool)>,
+    status: Option<&str>,
+) -> Option<String> {
+    let sop_id = decision.sop_id.as_deref().unwrap_or_default();
+    if let Some(version) = decision.sop_version {
+        match sop {
+            Some((v, false)) if v == i64::from(version) => {}
+            Some((_, true)) => return Some(format!("{sop_id} was retired during the review")),
+            Some((v, false)) => {
+                return Some(format!(
+                    "{sop_id} changed during the review (v{version} → v{v})"
+                ));
+            }
+            None => return Some(format!("{sop_id} vanished during the review")),
+        }
+    }
+    match status {
+        Some("online") => None,
+        Some(other) => Some(format!("target {target} became {other} during the review")),
+        None => Some(format!("target {target} vanished during the review")),
+    }
+}
+
+/// Records many decisions in one transaction (the event log locked first, then
+/// a few statements per tenant whatever the batch size); answers in order.
+/// Each proposal must still be open (else the late result is logged and
+/// dropped); approvals are re-checked against the SOP and target as they are
+/// now. The proposals are row-locked, so a concurrent decision or cancel of
+/// the same proposal is seen, never overwritten.
+#[tracing::instrument(name = "store.postgres.insert_decision", skip_all, fields(n = items.len()))]
+pub async fn record_many(
+    pool: &PgPool,
+    items: Vec<(ReviewKey, Decision)>,
+) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
+    let mut tx = pool.begin().await?;
+    scope::lock_event_log(&mut tx).await?;
+    let now = now_ms();
+    let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
+    for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
+        scope::enter_tenant(&mut tx, &tenant).await?;
+        let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
+        let outcomes = record_tenant(&mut tx, &tenant, &group, now).await?;
+        for (i, outcome) in indices.into_iter().zip(outcomes) {
+            out[i] = Some(outcome);
+        }
+    }
+    tx.commit().await?;
+    let out: Vec<RecordOutcome> = out.into_iter().flatten().collect();
+    let events = items
+        .iter()
+        .zip(&out)
+        .filter(|(_, o)| matches!(o, RecordOutcome::Recorded))
+        .map(|((k, d), _)| StoreEvent::changed_to(&k.tenant, &k.id, next_state(d)))
+        .collect();
+    Ok((out, events))
+}
+
+fn next_state(decision: &Decision) -> ProposalState {
+    match decision.outcome {
+        DecisionOutcome::Approve => ProposalState::Approved,
+        DecisionOutcome::Reject => ProposalState::Rejected,
+        DecisionOutcome::TimedOut => ProposalState::TimedOut,
+    }
+}
+
+/// An approved proposal's id, its cited SOP's version and retired flag, and
+/// its target's status, as they are at commit.
+type FactsAtCommit = (String, Option<i64>, Option<bool>, Option<String>);
+
+/// One tenant's part of [`record_many`], in its scope.
+async fn record_tenant(
+    conn: &mut PgConnection,
+    tenant: &str,
+    items: &[&(ReviewKey, Decision)],
+    now: Millis,
+) -> Result<Vec<RecordOutcome>> {
+    let ids: Vec<&str> = items.iter().map(|(k, _)| k.id.as_str()).collect();
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT id, state, target FROM proposals WHERE tenant = $1 AND id = ANY($2)
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(tenant)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut current = HashMap::with_capacity(rows.len());
+    for (id, state, target) in rows {
+        let state: ProposalState = state
+            .parse()
+            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
+        current.insert(id, (state, target));
+    }
+
+    // Approvals: the SOP and target as they are at commit, in one statement.
+    let (approved, (sops, targets)): (Vec<&str>, (Vec<String>, Vec<String>)) = items
+        .iter()
+        .filter(|(_, d)| d.outcome == DecisionOutcome::Approve)
+        .filter_map(|(k, d)| {
+            let (_, target) = current.get(&k.id)?;
+            Some((
+                k.id.as_str(),
+                (d.sop_id.clone().unwrap_or_default(), target.clone()),
+            ))
+        })
+        .unzip();
+    let mut facts_now = HashMap::new();
+    if !approved.is_empty() {
+        let rows: Vec<FactsAtCommit> = sqlx::query_as(
+            "SELECT b.id, s.version, s.retired, t.status
+             FROM unnest($2::text[], $3::text[], $4::text[]) AS b(id, sop, target)
+             LEFT JOIN sops s ON s.tenant = $1 AND s.id = b.sop
+             LEFT JOIN targets t ON t.tenant = $1 AND t.id = b.target",
+        )
+        .bind(tenant)
+        .bind(&approved)
+        .bind(&sops)
+        .bind(&targets)
+        .fetch_all(&mut *conn)
+        .await?;
+        for (id, version, retired, status) in rows {
+            let sop = version.map(|v| (v, retired.unwrap_or(false)));
+            facts_now.insert(id, (sop, status));
+        }
+    }
+
+    let mut out = Vec::with_capacity(items.len());
+    let mut writes = Vec::new();
+    let mut changes = Vec::new();
+    let mut rejected = Vec::new();
+    for (key, decision) in items {
+        let Some((state, target)) = current.get(&key.id) else {
+            return Err(StoreError::NotFound(format!("proposal `{}`", key.id)));
+        };
+        let next = next_state(decision);
+        if state.is_terminal() {
+            sqlx::query(
+                "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(tenant)
+            .bind(&key.id)
+            .bind(decision.outcome.as_str())
+            .bind(state.as_str())
+            .bind(&decision.reviewer)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+            out.push(RecordOutcome::Discarded(*state));
+            continue;
+        }
+        if !state.can_become(next) {
+            out.push(RecordOutcome::Stale(format!(
+                "proposal {} is {state}; it cannot become {next}",
+                key.id
+            )));
+            continue;
+        }
+        if decision.outcome == DecisionOutcome::Approve {
+            let (sop, status) = facts_now.get(&key.id).cloned().unwrap_or_default();
+            if let Some(why) = stale_because(decision, target, sop, status.as_deref()) {
+                out.push(RecordOutcome::Stale(why));
+                continue;
+            }
+        }
+        writes.push(serde_json::json!({
+            "proposal_id": key.id,
+            "tenant": tenant,
+            "outcome": decision.outcome.as_str(),
+            "reason": decision.reason,
+            "agent_message": decision.agent_message,
+            "sop_id": decision.sop_id,
+            "sop_version": decision.sop_version,
+            "rollback_path": decision.rollback_path,
+            "gates_json": serde_json::to_string(&decision.gates).expect("gates serialize"),
+            "missing_gates_json": serde_json::to_string(&decision.missing_gates).expect("names serialize"),
+            "reviewer": decision.reviewer,
+            "decided_at": decision.decided_at,
+            "summary": decision.summary,
+            "review_latency_ms": i64::try_from(decision.review_latency_ms).unwrap_or(i64::MAX),
+        }));
+        changes.push(serde_json::json!({
+            "id": key.id,
+            "prev": state.as_str(),
+            "next": next.as_str(),
+            "decided_at": decision.decided_at,
+        }));
+        if decision.outcome == DecisionOutcome::Reject {
+            rejected.push(key.id.clone());
+        }
+        out.push(RecordOutcome::Recorded);
+    }
+
+    if !writes.is_empty() {
+        sqlx::query(
+            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+                 summary, review_latency_ms)
+             SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
+                    rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
+                    review_latency_ms
+             FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
+                 reason text, agent_message text, sop_id text, sop_version bigint,
+                 rollback_path text, gates_json text, missing_gates_json text, reviewer text,
+                 decided_at bigint, summary text, review_latency_ms bigint)",
+        )
+        .bind(serde_json::Value::Array(writes).to_string())
+        .execute(&mut *conn)
+        .await?;
+        let expected = changes.len() as u64;
+        let updated = sqlx::query(
+            "UPDATE proposals SET state = b.next, decided_at = b.decided_at, updated_at = $2
+             FROM jsonb_to_recordset($3::jsonb) AS b(id text, prev text, next text, decided_at bigint)
+             WHERE proposals.tenant = $1 AND proposals.id = b.id AND proposals.state = b.prev",
+        )
+        .bind(tenant)
+        .bind(now)
+        .bind(serde_json::Value::Array(changes).to_string())
+        .execute(&mut *conn)
+        .await?;
+        if updated.rows_affected() != expected {
+            // Something moved under us: write nothing, let the reviews retry.
+            return Err(StoreError::FailedPrecondition(
+                "proposals changed under their decisions".into(),
+            ));
+        }
+        suppression::log_trips(conn, tenant, &rejected, now).await?;
+    }
+    Ok(out)
+}
+
+#[tracing::instrument(name = "store.postgres.overdue_reviews", skip(pool))]
+pub async fn overdue(
+    pool: &PgPool,
+    started_before: Millis,
+    limit: u32,
+) -> Result<Vec<OverdueReview>> {
+    // The janitor looks across tenants: system scope, read only.
+    let mut tx = scope::system(pool).await?;
+    let rows: Vec<(String, String, Millis)> = sqlx::query_as(
+        "SELECT tenant, id, review_started_at FROM proposals
+         WHERE state = 'reviewing' AND review_started_at < $1
+         ORDER BY review_started_at LIMIT $2",
+    )
+    .bind(started_before)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(rows
+        .into_iter()
+        .map(|(tenant, proposal_id, started_at)| OverdueReview {
+            tenant,
+            proposal_id,
+            started_at,
+        })
+        .collect())
+}
+
+pub async fn discarded(pool: &PgPool, tenant: &str, id: &str) -> Result<u64> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM discarded_results WHERE tenant = $1 AND proposal_id = $2",
+    )
+    .bind(tenant)
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(n.max(0) as u64)
+}

@@ -1,0 +1,200 @@
+//! PostgreSQL only: event cursors are handed out in commit order, so a watcher
+//! reading `cursor > N` never skips an event that commits late.
+
+#[path = "support/postgres.rs"]
+mod support;
+
+use std::time::Duration;
+
+use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
+use countersign_store::{DynStore, NewProposal};
+use sqlx::Connection;
+use support::TestDatabase;
+
+fn new_proposal(tenant: &str) -> NewProposal {
+    NewProposal {
+        tenant: tenant.into(),
+        spec: ProposalSpec {
+            action: "host_restart_service".into(),
+            class: OperationClass::Write,
+            target: "node-01".into(),
+            parameters: Default::default(),
+            reason: "r".into(),
+            blast_radius: BlastRadius::SingleDevice,
+            operator: "o".into(),
+            context_summary: String::new(),
+            incident_id: String::new(),
+            labels: Default::default(),
+            rollback_plan: String::new(),
+            force_approve_no_sop: false,
+            idempotency_key: String::new(),
+        },
+        submitted_by: "tester".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until_it_commits() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+
+    let earlier = store
+        .insert_proposal(new_proposal("a"))
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+
+    // Tenant a's transaction appends an event and stays open.
+    let mut conn = db.app_connection().await;
+    let mut slow = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    let slow_cursor: i64 = sqlx::query_scalar(
+        "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+         VALUES ('a', $1, 'SUPPRESSED', 'pending', 1) RETURNING cursor",
+    )
+    .bind(&earlier.id)
+    .fetch_one(&mut *slow)
+    .await
+    .unwrap();
+
+    // Tenant b's submission waits for it instead of taking a later cursor and
+    // committing first.
+    let fast = {
+        let store = store.clone();
+        tokio::spawn(async move { store.insert_proposal(new_proposal("b")).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !fast.is_finished(),
+        "the second writer waits for the first to commit"
+    );
+    assert_eq!(store.events_after(0, None, 100).await.unwrap().len(), 1);
+
+    slow.commit().await.unwrap();
+    let fast = tokio::time::timeout(Duration::from_secs(10), fast)
+        .await
+        .expect("the second writer proceeds once the first commits")
+        .unwrap();
+    let events = store.events_after(0, None, 100).await.unwrap();
+    let cursors: Vec<(String, u64)> = events
+        .iter()
+        .map(|e| (e.proposal.id.clone(), e.cursor))
+        .collect();
+    assert_eq!(cursors.len(), 3);
+    assert_eq!(cursors[1], (earlier.id.clone(), slow_cursor as u64));
+    assert_eq!(cursors[2].0, fast.proposal().id);
+    assert!(cursors[0].1 < cursors[1].1 && cursors[1].1 < cursors[2].1);
+}
+
+async fn write(store: DynStore, tenant: String, n: usize) {
+    for _ in 0..n {
+        let p = store
+            .insert_proposal(new_proposal(&tenant))
+            .await
+            .unwrap()
+            .proposal()
+            .clone();
+        store.begin_review(&tenant, &p.id, "w").await.unwrap();
+        store.cancel_proposal(&tenant, &p.id, "done").await.unwrap();
+    }
+}
+
+/// Appends events with raw SQL (only the table's trigger orders them), each
+/// transaction pausing a few random milliseconds between taking its cursor
+/// and committing: without commit-ordered cursors a follower skips some.
+async fn append_slowly(url: String, tenant: String, proposal: String, n: usize) {
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    for _ in 0..n {
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
+            .bind(&tenant)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+             VALUES ($1, $2, 'SUPPRESSED', 'pending', 1)",
+        )
+        .bind(&tenant)
+        .bind(&proposal)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        sqlx::query("SELECT pg_sleep(random() * 0.004)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writers() {
+    let db = TestDatabase::migrated().await;
+    // More connections than the writers, so they really commit concurrently.
+    let store: DynStore = std::sync::Arc::new(
+        countersign_store::PostgresStore::connect_with(&db.app_url, 8)
+            .await
+            .unwrap(),
+    );
+    const WRITERS: usize = 4;
+    const APPENDERS: usize = 4;
+    const EACH: usize = 15;
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let tenant = format!("t{w}");
+        store.create_tenant(&tenant).await.unwrap();
+        writers.push(tokio::spawn(write(store.clone(), tenant, EACH)));
+    }
+    for a in 0..APPENDERS {
+        let tenant = format!("raw{a}");
+        store.create_tenant(&tenant).await.unwrap();
+        let p = store.insert_proposal(new_proposal(&tenant)).await.unwrap();
+        let id = p.proposal().id.clone();
+        writers.push(tokio::spawn(append_slowly(
+            db.app_url.clone(),
+            tenant,
+            id,
+            EACH,
+        )));
+    }
+    // The watcher: every event after the last one it saw, over and over.
+    let mut seen = Vec::new();
+    let mut last = 0;
+    let expected = WRITERS * EACH * 3 + APPENDERS * (1 + EACH);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.len() < expected {
+        assert!(tokio::time::Instant::now() < deadline, "writers stalled");
+        for event in store.events_after(last, None, 7).await.unwrap() {
+            assert!(event.cursor > last);
+            last = event.cursor;
+            seen.push(event.cursor);
+        }
+        if writers.iter().all(|w| w.is_finished())
+            && store.events_after(last, None, 1).await.unwrap().is_empty()
+        {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let everything: Vec<u64> = store
+        .events_after(0, None, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.cursor)
+        .collect();
+    assert_eq!(everything.len(), expected);
+    assert_eq!(seen, everything, "the follower read every event, in order");
+    let horizon = store.event_horizon().await.unwrap();
+    assert_eq!(horizon.latest, *everything.last().unwrap());
+}

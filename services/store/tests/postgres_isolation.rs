@@ -1,0 +1,393 @@
+//! PostgreSQL only: the second line of tenant isolation (row-level security,
+//! probed with raw SQL as the service role), the role checks at connect, and
+//! append-only decisions.
+
+#[path = "support/postgres.rs"]
+mod support;
+
+use countersign_domain::{BlastRadius, OperationClass, ProposalSpec, Role};
+use countersign_store::{DynStore, NewApiKey, NewProposal, PostgresStore, StoreError};
+use sqlx::{Connection, PgConnection};
+use support::TestDatabase;
+
+/// Every table that holds a tenant's rows, with the column that names it.
+const TENANT_TABLES: &[(&str, &str)] = &[
+    ("tenants", "name"),
+    ("api_keys", "tenant"),
+    ("proposals", "tenant"),
+    ("sops", "tenant"),
+    ("sop_versions", "tenant"),
+    ("targets", "tenant"),
+    ("queue_entries", "tenant"),
+    ("decisions", "tenant"),
+    ("events", "tenant"),
+    ("discarded_results", "tenant"),
+    ("breaker_resets", "tenant"),
+    ("audit_log", "tenant"),
+    ("audit_checkpoints", "tenant"),
+];
+
+/// Tables the service role may not delete from at all (see below).
+const APPEND_ONLY: &[&str] = &["decisions", "audit_log", "audit_checkpoints"];
+
+fn spec() -> ProposalSpec {
+    ProposalSpec {
+        action: "host_restart_service".into(),
+        class: OperationClass::Write,
+        target: "node-01".into(),
+        parameters: Default::default(),
+        reason: "nginx OOM".into(),
+        blast_radius: BlastRadius::SingleDevice,
+        operator: "user_42".into(),
+        context_summary: String::new(),
+        incident_id: String::new(),
+        labels: Default::default(),
+        rollback_plan: String::new(),
+        force_approve_no_sop: false,
+        idempotency_key: String::new(),
+    }
+}
+
+/// A tenant with a row in every table (a decided proposal, a late result, an
+/// SOP, a target, a key, a breaker reset).
+async fn populate(store: &DynStore, tenant: &str) -> String {
+    store.create_tenant(tenant).await.unwrap();
+    store
+        .create_api_key(NewApiKey {
+            tenant: tenant.into(),
+            name: String::new(),
+            role: Role::Admin,
+            agent: false,
+        })
+        .await
+        .unwrap();
+    store
+        .put_sop(
+            tenant,
+            countersign_store::SopInput {
+                id: "SOP-1".into(),
+                action: "host_restart_service".into(),
+                title: "t".into(),
+                covers: String::new(),
+                rollback_path: "undo".into(),
+                max_blast_radius: BlastRadius::Cluster,
+                selector: Default::default(),
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .put_target(
+            tenant,
+            "node-01",
+            countersign_domain::TargetStatus::Online,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    store.reset_breaker(tenant, "user_42").await.unwrap();
+    let p = store
+        .insert_proposal(NewProposal {
+            tenant: tenant.into(),
+            spec: spec(),
+            submitted_by: "tester".into(),
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    store.begin_review(tenant, &p.id, "w").await.unwrap();
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: countersign_domain::now_ms(),
+        latency_ms: 1,
+    };
+    let verdict = countersign_domain::gates::Verdict {
+        gates: Vec::new(),
+        sop: None,
+        rollback_path: None,
+    };
+    let decision = countersign_domain::review::decide(&verdict, &p.spec, stamp);
+    store
+        .record_decision(tenant, &p.id, decision.clone())
+        .await
+        .unwrap();
+    store
+        .record_decision(tenant, &p.id, decision)
+        .await
+        .unwrap();
+    store.append_audit(100).await.unwrap();
+    let (size, head) = store.audit_head(tenant).await.unwrap();
+    let key = countersign_domain::audit::SigningKey::from_seed([3; 32]);
+    store
+        .save_checkpoint(&key.sign(tenant, size, &head, 1))
+        .await
+        .unwrap();
+    p.id
+}
+
+async fn count(conn: &mut PgConnection, table: &str, column: &str, tenant: Option<&str>) -> i64 {
+    let sql = match tenant {
+        Some(_) => format!("SELECT COUNT(*) FROM {table} WHERE {column} = $1"),
+        None => format!("SELECT COUNT(*) FROM {table}"),
+    };
+    let mut query = sqlx::query_scalar(&sql);
+    if let Some(tenant) = tenant {
+        query = query.bind(tenant);
+    }
+    query.fetch_one(&mut *conn).await.unwrap()
+}
+
+async fn set_tenant(conn: &mut PgConnection, tenant: &str) {
+    sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
+
+/// Insufficient privilege: a row-level-security violation or a missing grant.
+fn is_refused(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("42501"))
+}
+
+#[tokio::test]
+async fn with_tenant_a_set_no_row_of_tenant_b_is_read_or_written() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    populate(&store, "a").await;
+    let b_proposal = populate(&store, "b").await;
+    let mut conn = db.app_connection().await;
+
+    let mut tx = conn.begin().await.unwrap();
+    set_tenant(&mut tx, "a").await;
+    for (table, column) in TENANT_TABLES {
+        assert!(
+            count(&mut tx, table, column, Some("a")).await > 0,
+            "{table}: a's own rows"
+        );
+        assert_eq!(
+            count(&mut tx, table, column, Some("b")).await,
+            0,
+            "{table}: b's rows"
+        );
+        assert_eq!(
+            count(&mut tx, table, column, None).await,
+            count(&mut tx, table, column, Some("a")).await,
+            "{table}: an unfiltered read sees a's rows only"
+        );
+        // (Decisions and the log: the service role may not delete at all; see below.)
+        if !APPEND_ONLY.contains(table) {
+            let deleted = sqlx::query(&format!("DELETE FROM {table} WHERE {column} = 'b'"))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            assert_eq!(deleted.rows_affected(), 0, "{table}: b's rows deleted");
+        }
+    }
+    tx.rollback().await.unwrap();
+
+    let mut tx = conn.begin().await.unwrap();
+    set_tenant(&mut tx, "a").await;
+    let updated = sqlx::query("UPDATE proposals SET cancel_reason = 'mine' WHERE id = $1")
+        .bind(&b_proposal)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(updated.rows_affected(), 0, "b's proposal is not updated");
+    let written = sqlx::query(
+        "INSERT INTO targets (tenant, id, status, labels_json, updated_at)
+         VALUES ('b', 'planted', 'online', '{}', 0)",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect_err("a row of b is not written");
+    assert!(is_refused(&written), "{written}");
+    tx.rollback().await.unwrap();
+
+    let mut tx = conn.begin().await.unwrap();
+    set_tenant(&mut tx, "a").await;
+    let moved = sqlx::query("UPDATE targets SET tenant = 'b' WHERE tenant = 'a'")
+        .execute(&mut *tx)
+        .await
+        .expect_err("a's row is not moved to b");
+    assert!(is_refused(&moved), "{moved}");
+    tx.rollback().await.unwrap();
+
+    // Nothing of b changed.
+    let b = store.get_proposal("b", &b_proposal).await.unwrap().unwrap();
+    assert_eq!(b.cancel_reason, None);
+    assert!(store.get_target("b", "planted").await.unwrap().is_none());
+    assert_eq!(store.list_targets("a").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn with_no_tenant_set_no_row_is_read_or_written() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    populate(&store, "a").await;
+    let mut conn = db.app_connection().await;
+    for (table, column) in TENANT_TABLES {
+        assert_eq!(count(&mut conn, table, column, None).await, 0, "{table}");
+    }
+    assert_eq!(count(&mut conn, "event_retention", "id", None).await, 0);
+    let written = sqlx::query(
+        "INSERT INTO targets (tenant, id, status, labels_json, updated_at)
+         VALUES ('a', 'planted', 'online', '{}', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect_err("no row is written without a tenant");
+    assert!(is_refused(&written), "{written}");
+    let deleted = sqlx::query("DELETE FROM events")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(deleted.rows_affected(), 0);
+
+    // A tenant set for one transaction does not outlive it on the connection.
+    let mut tx = conn.begin().await.unwrap();
+    set_tenant(&mut tx, "a").await;
+    assert!(count(&mut tx, "proposals", "tenant", None).await > 0);
+    tx.commit().await.unwrap();
+    for (table, column) in TENANT_TABLES {
+        assert_eq!(
+            count(&mut conn, table, column, None).await,
+            0,
+            "{table} after"
+        );
+    }
+    assert_eq!(
+        store.events_after(0, Some("a"), 100).await.unwrap().len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_superuser_or_the_tables_owner_is_refused_at_connect() {
+    let db = TestDatabase::migrated().await;
+    let refused = PostgresStore::connect(&db.superuser_url())
+        .await
+        .expect_err("a superuser is refused");
+    assert!(
+        matches!(&refused, StoreError::UnsafeRole(why) if why.contains("superuser")),
+        "{refused}"
+    );
+    let refused = PostgresStore::connect(&db.owner_url)
+        .await
+        .expect_err("the owner is refused");
+    assert!(
+        matches!(&refused, StoreError::UnsafeRole(why) if why.contains("owns the tables")),
+        "{refused}"
+    );
+    let refused = countersign_store::connect(&db.owner_url)
+        .await
+        .err()
+        .expect("connect() checks too");
+    assert!(
+        refused
+            .to_string()
+            .contains("refusing to run as database role")
+    );
+    // The service role is accepted, and the schema is current.
+    db.store().await.migrate().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_service_role_cannot_be_the_owner_that_migrates() {
+    let db = TestDatabase::create().await;
+    let owner = db
+        .owner_url
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('@')
+        .next()
+        .unwrap();
+    let refused = PostgresStore::migrate_as_owner(&db.owner_url, owner)
+        .await
+        .expect_err("granting the owner to itself is refused");
+    assert!(
+        matches!(refused, StoreError::InvalidArgument(_)),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn an_unmigrated_database_is_refused_with_the_way_to_migrate_it() {
+    let db = TestDatabase::create().await;
+    let store = db.store().await;
+    let refused = store
+        .migrate()
+        .await
+        .expect_err("an empty schema is refused");
+    assert!(
+        matches!(&refused, StoreError::FailedPrecondition(why) if why.contains("countersign migrate")),
+        "{refused}"
+    );
+    PostgresStore::migrate_as_owner(&db.owner_url, &db.service_role())
+        .await
+        .unwrap();
+    PostgresStore::migrate_as_owner(&db.owner_url, &db.service_role())
+        .await
+        .expect("migrating again changes nothing");
+    store.migrate().await.unwrap();
+}
+
+#[tokio::test]
+async fn decisions_and_their_log_cannot_be_updated_or_deleted_by_the_service_role() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    let id = populate(&store, "a").await;
+    let mut conn = db.app_connection().await;
+    for statement in [
+        "UPDATE decisions SET reason = 'rewritten' WHERE proposal_id = $1",
+        "DELETE FROM decisions WHERE proposal_id = $1",
+        "TRUNCATE decisions",
+        "UPDATE audit_log SET record = '{}' WHERE proposal_id = $1",
+        "DELETE FROM audit_log WHERE proposal_id = $1",
+        "TRUNCATE audit_log",
+        "DELETE FROM audit_checkpoints",
+    ] {
+        let mut tx = conn.begin().await.unwrap();
+        set_tenant(&mut tx, "a").await;
+        let mut query = sqlx::query(statement);
+        if statement.contains("$1") {
+            query = query.bind(&id);
+        }
+        let refused = query.execute(&mut *tx).await.expect_err(statement);
+        assert!(is_refused(&refused), "{statement}: {refused}");
+        tx.rollback().await.unwrap();
+    }
+    // Even the owner, who holds the privileges, is stopped by the trigger.
+    let mut owner = db.owner_connection().await;
+    for statement in [
+        "UPDATE decisions SET reason = 'rewritten'",
+        "DELETE FROM decisions",
+        "TRUNCATE decisions",
+        "UPDATE audit_log SET record = '{}'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ] {
+        let mut tx = owner.begin().await.unwrap();
+        sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let refused = sqlx::query(statement)
+            .execute(&mut *tx)
+            .await
+            .expect_err(statement);
+        assert!(
+            refused.to_string().contains("append-only"),
+            "{statement}: {refused}"
+        );
+        tx.rollback().await.unwrap();
+    }
+    let kept = store.get_proposal("a", &id).await.unwrap().unwrap();
+    assert_ne!(kept.decision.unwrap().reason, "rewritten");
+    assert_eq!(
+        store.get_audit("a", &id).await.unwrap().unwrap().sequence,
+        1
+    );
+}
