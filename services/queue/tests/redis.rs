@@ -85,7 +85,7 @@ async fn fetches_of_one_rotate_through_the_tenants_with_work() {
 async fn a_lease_that_is_not_extended_goes_to_another_consumer_after_it_runs_out() {
     let queue = redis_queue().await;
     enqueue(&queue, "a").await;
-    let first = fetch(&queue, "dead-worker", 1, Duration::from_millis(80)).await;
+    let first = fetch(&queue, "dead-worker", 1, Duration::from_millis(300)).await;
     assert_eq!(
         pending(&queue, "a", &first[0].entry_id).await,
         Some(("dead-worker".into(), 1))
@@ -94,7 +94,7 @@ async fn a_lease_that_is_not_extended_goes_to_another_consumer_after_it_runs_out
         fetch(&queue, "w2", 1, LONG).await.is_empty(),
         "not before it runs out"
     );
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
     // No reclaim in between: a fetch claims entries whose lease ran out.
     let second = fetch(&queue, "w2", 1, LONG).await;
     assert_eq!(second.len(), 1);
@@ -110,17 +110,18 @@ async fn a_lease_that_is_not_extended_goes_to_another_consumer_after_it_runs_out
 async fn extend_keeps_the_entry_with_its_consumer_and_delivery_count() {
     let queue = redis_queue().await;
     enqueue(&queue, "a").await;
-    let lease = fetch(&queue, "w1", 1, Duration::from_millis(80)).await;
+    let lease = fetch(&queue, "w1", 1, Duration::from_millis(300)).await;
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Together the extensions outlive the first lease.
+        tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(
             queue
-                .extend(&lease[0], Duration::from_millis(80))
+                .extend(&lease[0], Duration::from_millis(300))
                 .await
                 .unwrap()
         );
+        assert!(fetch(&queue, "w2", 1, LONG).await.is_empty());
     }
-    assert!(fetch(&queue, "w2", 1, LONG).await.is_empty());
     assert_eq!(queue.reclaim_expired().await.unwrap(), 0);
     assert_eq!(
         pending(&queue, "a", &lease[0].entry_id).await,

@@ -13,9 +13,10 @@ use std::{
 use countersign_queue::{DynQueue, Queue};
 use support::{LONG, enqueue, fetch};
 
-const SHORT: Duration = Duration::from_millis(50);
+/// Short, yet longer than a stall of a loaded test machine between two calls.
+const SHORT: Duration = Duration::from_millis(250);
 /// Long enough for a SHORT lease to have run out.
-const PAST_SHORT: Duration = Duration::from_millis(120);
+const PAST_SHORT: Duration = Duration::from_millis(400);
 
 pub async fn a_queued_proposal_is_leased_to_one_worker_until_acked(queue: DynQueue) {
     let id = enqueue(&*queue, "a").await;
