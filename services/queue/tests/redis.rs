@@ -299,3 +299,12 @@ async fn a_redis_that_does_not_answer_is_unavailable() {
     .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable);
 }
+
+#[tokio::test]
+async fn no_worker_may_fetch_as_the_consumer_that_holds_parked_entries() {
+    let queue = redis_queue().await;
+    enqueue(&queue, "a").await;
+    let error = queue.fetch("(parked)", 1, LONG).await.unwrap_err();
+    assert!(error.to_string().contains("reserved"), "{error}");
+    assert_eq!(fetch(&queue, "w", 1, LONG).await.len(), 1);
+}

@@ -8,7 +8,15 @@
 //! (XCLAIM) entries whose lease ran out or whose release delay is over before
 //! it reads new ones; the PEL's delivery count is [`Lease::attempts`]. Every
 //! change of more than one key is one Lua script, so workers never race.
-//! See `lua/prelude.lua` for the keys.
+//! See `lua/prelude.lua` for the keys. Times are Redis's (`TIME`), so workers
+//! on hosts with skewed clocks agree on when a lease ends.
+//!
+//! Why expired entries are claimed by id (XCLAIM, which counts the delivery
+//! as XAUTOCLAIM would) rather than found by XAUTOCLAIM: its one min-idle
+//! cannot tell a 1 s lease from a 30 s one, and `fetch`/`extend` choose the
+//! length per call. A released or reclaimed entry stays pending, owned by the
+//! reserved consumer `(parked)` (no worker may take that name), so its
+//! delivery count goes on and the poison limit holds.
 //!
 //! Scripts touch keys they compute from the prefix: one Redis (or a primary
 //! with replicas), not a cluster.

@@ -7,6 +7,9 @@
 -- still gave one. Within a tenant, entries whose lease ran out or whose
 -- release delay is over come first, then new ones.
 local worker, max, lease_ms = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+if worker == PARKED then
+  return redis.error_reply('the consumer name ' .. PARKED .. ' is reserved')
+end
 local now = now_ms()
 local expires = now + lease_ms
 redis.call('ZADD', consumers_key, now, worker)
