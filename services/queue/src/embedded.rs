@@ -27,6 +27,11 @@ fn token() -> String {
     hex::encode(bytes)
 }
 
+/// The row id of a lease (a lease of another backend matches no row).
+fn row_id(lease: &Lease) -> i64 {
+    lease.entry_id.parse().unwrap_or(-1)
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -53,7 +58,7 @@ impl Queue for EmbeddedQueue {
         let now = now_ms();
         let expires_at = now + ms(lease);
         let token = token();
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+        let mut rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
             "UPDATE queue_entries
              SET lease_owner = ?1, lease_token = ?2, lease_expires_at = ?3, attempts = attempts + 1
              WHERE id IN (
@@ -72,10 +77,11 @@ impl Queue for EmbeddedQueue {
         .bind(i64::try_from(max).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await?;
-        let mut leases: Vec<Lease> = rows
+        rows.sort_by_key(|row| row.0);
+        let leases = rows
             .into_iter()
             .map(|(entry_id, tenant, proposal_id, attempts)| Lease {
-                entry_id,
+                entry_id: entry_id.to_string(),
                 tenant,
                 proposal_id,
                 attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
@@ -83,7 +89,6 @@ impl Queue for EmbeddedQueue {
                 expires_at,
             })
             .collect();
-        leases.sort_by_key(|l| l.entry_id);
         Ok(leases)
     }
 
@@ -92,7 +97,7 @@ impl Queue for EmbeddedQueue {
             "UPDATE queue_entries SET lease_expires_at = ? WHERE id = ? AND lease_token = ?",
         )
         .bind(now_ms() + ms(by))
-        .bind(lease.entry_id)
+        .bind(row_id(lease))
         .bind(&lease.token)
         .execute(&self.pool)
         .await?;
@@ -101,7 +106,7 @@ impl Queue for EmbeddedQueue {
 
     async fn ack(&self, lease: &Lease) -> Result<()> {
         sqlx::query("DELETE FROM queue_entries WHERE id = ? AND lease_token = ?")
-            .bind(lease.entry_id)
+            .bind(row_id(lease))
             .bind(&lease.token)
             .execute(&self.pool)
             .await?;
@@ -115,7 +120,7 @@ impl Queue for EmbeddedQueue {
             by_token
                 .entry(&lease.token)
                 .or_default()
-                .push(lease.entry_id);
+                .push(row_id(lease));
         }
         for (token, ids) in by_token {
             let ids = format!(
@@ -141,7 +146,7 @@ impl Queue for EmbeddedQueue {
              WHERE id = ? AND lease_token = ?",
         )
         .bind(now_ms() + ms(delay))
-        .bind(lease.entry_id)
+        .bind(row_id(lease))
         .bind(&lease.token)
         .execute(&self.pool)
         .await?;
@@ -169,7 +174,7 @@ impl Queue for EmbeddedQueue {
         )
         .bind(now_ms())
         .bind(reason)
-        .bind(lease.entry_id)
+        .bind(row_id(lease))
         .bind(&lease.token)
         .execute(&self.pool)
         .await?;

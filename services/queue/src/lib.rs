@@ -3,6 +3,7 @@
 //! again; exactly-once *decisions* are the store's job.
 
 mod embedded;
+mod redis;
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,11 +11,14 @@ use async_trait::async_trait;
 use countersign_domain::{ErrorKind, Millis, ServiceError};
 
 pub use embedded::EmbeddedQueue;
+pub use redis::{Consumer, DeadLetter, RedisQueue, RedisQueueOptions};
 
 /// One entry handed to one worker until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    pub entry_id: i64,
+    /// The backend's id of the entry: the row id of the embedded queue, the
+    /// stream entry id (`<ms>-<seq>`) of the Redis queue. Opaque to callers.
+    pub entry_id: String,
     pub tenant: String,
     pub proposal_id: String,
     /// How many times this entry has been leased, this time included.
@@ -30,6 +34,8 @@ pub enum QueueError {
     Unavailable(String),
     #[error("queue error: {0}")]
     Backend(#[from] sqlx::Error),
+    #[error("queue error (redis): {0}")]
+    Redis(#[from] ::redis::RedisError),
 }
 
 impl ServiceError for QueueError {
