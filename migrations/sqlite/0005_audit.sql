@@ -26,7 +26,8 @@ CREATE INDEX audit_by_operator     ON audit_log (tenant, operator, sequence);
 CREATE INDEX audit_by_submitter    ON audit_log (tenant, submitted_by, sequence);
 CREATE INDEX audit_by_outcome      ON audit_log (tenant, outcome, sequence);
 CREATE INDEX audit_by_sop          ON audit_log (tenant, sop_id, sequence);
-CREATE INDEX audit_by_decided_at   ON audit_log (tenant, decided_at);
+CREATE INDEX audit_by_radius       ON audit_log (tenant, blast_radius, sequence);
+CREATE INDEX audit_by_decided_at   ON audit_log (tenant, decided_at, sequence);
 
 CREATE TRIGGER audit_log_is_append_only_update BEFORE UPDATE ON audit_log
 BEGIN

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Context;
 use clap::Args;
-use countersign_domain::audit::{Checkpoint, StoredEntry, Verification, Verifier};
+use countersign_domain::audit::{Checkpoint, Verification, Verifier, leaf_hash};
 use countersign_proto::{
     convert::{audit::checkpoint_to_proto, timestamp},
     v1::{
@@ -89,14 +89,13 @@ fn enum_value(kind: &str, value: &Option<String>) -> anyhow::Result<i32> {
     found.ok_or_else(|| anyhow::anyhow!("--{}: unknown value `{value}`", kind.replace('_', "-")))
 }
 
-/// The export line of an entry: what `verify --export` reads back.
+/// The export line of an entry: what `verify --export` reads back. The record
+/// is the exact canonical JSON that was hashed, as a string.
 fn export_line(entry: &v1::AuditEntry) -> anyhow::Result<String> {
-    let record: serde_json::Value = serde_json::from_str(&entry.record_json)
-        .with_context(|| format!("entry {}: record_json", entry.sequence))?;
     Ok(serde_json::json!({
         "sequence": entry.sequence,
         "digest": entry.digest,
-        "record": record,
+        "record": entry.record_json,
     })
     .to_string())
 }
@@ -272,12 +271,12 @@ pub fn verify_export(
         let sequence = value["sequence"]
             .as_u64()
             .with_context(|| format!("{} line {}: no sequence", export.display(), n + 1))?;
-        let stored = StoredEntry {
-            sequence,
-            digest: value["digest"].as_str().unwrap_or_default().to_owned(),
-            record: value["record"].to_string(),
+        let digest = value["digest"].as_str().unwrap_or_default().to_owned();
+        let leaf = match value["record"].as_str() {
+            Some(record) => Ok(leaf_hash(record.as_bytes())),
+            None => Err("the record is not the canonical JSON string".to_owned()),
         };
-        entries.push((sequence, stored.leaf(), stored.digest));
+        entries.push((sequence, leaf, digest));
     }
     entries.sort_by_key(|(sequence, _, _)| *sequence);
     let mut verifier = match checkpoint {

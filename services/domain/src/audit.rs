@@ -80,7 +80,8 @@ pub struct AuditFilter {
     pub sop_id: Option<String>,
 }
 
-/// An entry as stored, unparsed: verification must see exactly the bytes.
+/// An entry as stored, unparsed: verification hashes exactly these bytes
+/// (the store writes `AuditRecord::canonical_json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry {
     pub sequence: u64,
@@ -89,12 +90,10 @@ pub struct StoredEntry {
 }
 
 impl StoredEntry {
-    /// The leaf hash of the record, re-encoded canonically (an export's
-    /// whitespace does not matter; any changed value does).
-    pub fn leaf(&self) -> Result<Hash, String> {
-        serde_json::from_str::<AuditRecord>(&self.record)
-            .map(|record| record.leaf_hash())
-            .map_err(|e| e.to_string())
+    /// The leaf hash of the record exactly as stored: any changed byte,
+    /// even one that leaves the JSON's meaning alone, shows.
+    pub fn leaf(&self) -> Hash {
+        leaf_hash(self.record.as_bytes())
     }
 }
 

@@ -508,7 +508,7 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
 
     let mut verifier = Verifier::new();
     for entry in store.audit_range("a", 0, 100).await.unwrap() {
-        verifier.push(entry.sequence, &entry.digest, entry.leaf());
+        verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
     }
     let verified = verifier.finish();
     assert!(verified.ok(), "{verified:?}");

@@ -56,7 +56,7 @@ pub async fn verify_log(
         let page = store.audit_range(tenant, after, VERIFY_PAGE).await?;
         let full = page.len() as u32 == VERIFY_PAGE;
         for entry in &page {
-            verifier.push(entry.sequence, &entry.digest, entry.leaf());
+            verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
             if !verifier.wants_more() {
                 return Ok(verifier.finish());
             }
