@@ -186,7 +186,28 @@ pub async fn list(
     ]
     .iter()
     .any(|f| f.is_some());
-    let coarse = if selective { "+" } else { "" };
+    let timed = filter.decided_from.is_some() || filter.decided_until.is_some();
+    // A time range alone: its sequence bounds first (from the covering time
+    // index, no sort), then a walk down the sequence index between them.
+    let bounds = if timed && !selective {
+        match sequence_bounds(reader, tenant, filter).await? {
+            Some(bounds) => Some(bounds),
+            None => return Ok(Vec::new()),
+        }
+    } else {
+        None
+    };
+    let coarse = if selective || bounds.is_some() {
+        "+"
+    } else {
+        ""
+    };
+    if let Some((low, high)) = bounds {
+        q.push(" AND sequence BETWEEN ")
+            .push_bind(low)
+            .push(" AND ")
+            .push_bind(high);
+    }
     let mut eq = |column: &str, value: Option<String>| {
         if let Some(value) = value {
             q.push(format!(" AND {column} = ")).push_bind(value);
@@ -226,6 +247,24 @@ pub async fn list(
         .iter()
         .map(entry_from_row)
         .collect()
+}
+
+/// The lowest and highest sequence decided within the filter's time range.
+async fn sequence_bounds(
+    reader: &SqlitePool,
+    tenant: &str,
+    filter: &AuditFilter,
+) -> Result<Option<(i64, i64)>> {
+    let (low, high): (Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT min(sequence), max(sequence) FROM audit_log
+         WHERE tenant = ?1 AND decided_at >= ?2 AND decided_at < ?3",
+    )
+    .bind(tenant)
+    .bind(filter.decided_from.unwrap_or(i64::MIN))
+    .bind(filter.decided_until.unwrap_or(i64::MAX))
+    .fetch_one(reader)
+    .await?;
+    Ok(low.zip(high))
 }
 
 /// The entry of one proposal's decision, once the sequencer has appended it.
