@@ -11,6 +11,8 @@ mod fail_closed;
 mod helpers;
 mod idempotency;
 mod isolation;
+mod production;
+mod production_support;
 mod rate_limit;
 mod reference;
 mod review;

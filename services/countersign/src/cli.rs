@@ -136,6 +136,8 @@ impl Command {
 pub struct ServeArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub backends: crate::backends::BackendArgs,
     /// Address the gRPC API listens on (port 0 picks a free one).
     #[arg(long, env = "COUNTERSIGN_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,

@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod audit;
+pub mod backends;
+pub mod background;
 pub mod cli;
 pub mod client;
 pub mod migrate;

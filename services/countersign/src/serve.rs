@@ -5,9 +5,10 @@ use countersign_api::{
     ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig,
     suppression::SuppressionConfig,
 };
-use countersign_reviewer::{ReviewerConfig, Reviewers};
+use countersign_reviewer::ReviewerConfig;
 
 use crate::{
+    background::Background,
     cli::{Role, ServeArgs},
     output::redact_url,
     settings::write_admin_key,
@@ -27,7 +28,8 @@ fn reviewer_config(args: &ServeArgs) -> ReviewerConfig {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
-    let (store, queue) = args.store.open_backends().await?;
+    let backends = args.backends.open(&args.store).await?;
+    let store = backends.store();
     tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
     if let Some(bootstrap) = store.bootstrap().await? {
         let path = write_admin_key(&args.store.data_dir, &bootstrap.key)?;
@@ -38,11 +40,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "first start: created tenant and wrote its admin key"
         );
     }
-    let reviewers = (args.role != Role::Api).then(|| {
-        let config = reviewer_config(&args);
-        tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
-        Reviewers::start(store.clone(), queue, config)
-    });
+    let background = Background::start(backends, args.role, reviewer_config(&args));
     if args.role == Role::Worker {
         shutdown.await;
     } else {
@@ -76,9 +74,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("countersign listening on {}", app.local_addr());
         app.run_until_stopped(shutdown).await?;
     }
-    if let Some(reviewers) = reviewers {
-        reviewers.shutdown().await;
-    }
+    background.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }

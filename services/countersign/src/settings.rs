@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use countersign_queue::{DynQueue, EmbeddedQueue};
-use countersign_store::{DynStore, SqliteStore, Store};
+use countersign_store::DynStore;
 
 pub const ADMIN_KEY_FILE: &str = "admin.key";
 
@@ -39,31 +38,6 @@ impl StoreArgs {
     pub fn ensure_data_dir(&self) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("creating {}", self.data_dir.display()))
-    }
-
-    /// The store and the review queue it feeds (embedded: the same database).
-    pub async fn open_backends(&self) -> anyhow::Result<(DynStore, DynQueue)> {
-        let url = self.database_url();
-        if is_postgres(&url) {
-            // An unsafe role or an outdated schema is the first thing said.
-            self.open().await?;
-        }
-        if !url.starts_with("sqlite:") {
-            anyhow::bail!(
-                "`serve` runs only on sqlite:// databases in this build: PostgreSQL needs \
-                 the Redis Streams review queue, which is not built yet (got `{}`)",
-                crate::output::redact_url(&url)
-            );
-        }
-        if self.database_url.is_none() {
-            self.ensure_data_dir()?;
-        }
-        let store = SqliteStore::connect(&url)
-            .await
-            .context("opening the database")?;
-        store.migrate().await.context("running migrations")?;
-        let queue = EmbeddedQueue::new(store.writer_pool());
-        Ok((std::sync::Arc::new(store), std::sync::Arc::new(queue)))
     }
 
     /// Connects and brings the schema up to date.

@@ -308,3 +308,36 @@ async fn no_worker_may_fetch_as_the_consumer_that_holds_parked_entries() {
     assert!(error.to_string().contains("reserved"), "{error}");
     assert_eq!(fetch(&queue, "w", 1, LONG).await.len(), 1);
 }
+
+#[tokio::test]
+async fn missing_names_the_proposals_without_an_entry_and_counts_dead_letters_as_present() {
+    let queue = redis_queue().await;
+    let queued = enqueue(&queue, "a").await;
+    let acked = enqueue(&queue, "a").await;
+    let dead = enqueue(&queue, "b").await;
+    let leases = fetch(&queue, "w", 16, LONG).await;
+    for lease in &leases {
+        if lease.proposal_id == acked {
+            queue.ack(lease).await.unwrap();
+        } else if lease.proposal_id == dead {
+            queue.dead_letter(lease, "poison").await.unwrap();
+        }
+    }
+    let pairs = [
+        ("a", queued.as_str()),
+        ("a", acked.as_str()),
+        ("b", dead.as_str()),
+        ("b", "never-enqueued"),
+        ("c", queued.as_str()),
+    ];
+    let missing = queue.missing(&pairs).await.unwrap();
+    assert_eq!(
+        missing,
+        vec![
+            ("a", acked.as_str()),
+            ("b", "never-enqueued"),
+            ("c", queued.as_str())
+        ]
+    );
+    assert!(queue.missing(&[]).await.unwrap().is_empty());
+}

@@ -5,6 +5,7 @@
 
 mod config;
 mod janitor;
+mod outbox;
 mod sequencer;
 mod worker;
 
@@ -15,6 +16,7 @@ use countersign_store::DynStore;
 use tokio::{sync::watch, task::JoinSet};
 
 pub use config::{Evaluator, ReviewerConfig};
+pub use outbox::{OutboxConfig, OutboxTasks, Publisher, Sweeper};
 pub use sequencer::Sequencer;
 
 /// A running pool of workers and its janitor.

@@ -54,7 +54,7 @@ fn retry_all(
 }
 
 /// Resolves when a proposal is submitted in this process (or events were lost).
-async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
+pub(crate) async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
     loop {
         match events.recv().await {
             Ok(event) if event.kind == EventKind::Submitted => return,

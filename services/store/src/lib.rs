@@ -3,6 +3,7 @@
 //! here, in the repository layer.
 
 mod error;
+mod outbox;
 pub mod postgres;
 pub mod sqlite;
 mod types;
@@ -18,6 +19,7 @@ use countersign_domain::{
 
 pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, reference::SopInput};
 pub use error::StoreError;
+pub use outbox::Outbox;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use types::{

@@ -81,3 +81,32 @@ impl RedisQueue {
         Ok(call.invoke_async(&mut self.conn()).await?)
     }
 }
+
+impl RedisQueue {
+    /// Of `(tenant, proposal)` pairs, those with no entry in the queue (never
+    /// enqueued, acked, or lost with a Redis that restarted without
+    /// persistence): one pipelined `HEXISTS` per pair on the per-tenant id
+    /// hash that makes enqueue idempotent. A dead-lettered proposal counts as
+    /// present.
+    pub async fn missing<'a>(
+        &self,
+        pairs: &'a [(&'a str, &'a str)],
+    ) -> Result<Vec<(&'a str, &'a str)>> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (tenant, proposal) in pairs {
+            pipe.cmd("HEXISTS")
+                .arg(format!("{}:ids:{tenant}", self.options.prefix))
+                .arg(*proposal);
+        }
+        let present: Vec<bool> = pipe.query_async(&mut self.conn()).await?;
+        Ok(pairs
+            .iter()
+            .zip(present)
+            .filter(|(_, present)| !present)
+            .map(|(pair, _)| *pair)
+            .collect())
+    }
+}

@@ -9,6 +9,7 @@
 mod audit;
 mod events;
 mod keys;
+mod outbox;
 mod proposals;
 mod reference;
 mod review;

@@ -1,0 +1,189 @@
+//! From the store's outbox to the Redis review queue: "accepted means never
+//! lost" when the store (PostgreSQL) and the queue (Redis) are two systems.
+//!
+//! Submit commits the proposal and its outbox row in one transaction and
+//! answers; the [`Publisher`] then enqueues unpublished rows (enqueue is
+//! idempotent per proposal) and marks them. It wakes on a submission in this
+//! process and polls for the others'. With Redis down, rows stay unpublished
+//! and are published when it answers again. The [`Sweeper`] covers what the
+//! outbox alone cannot: an entry published and then lost (Redis restarted
+//! without persistence). It pages through every undecided proposal and
+//! re-enqueues those Redis has no entry for. A redundant entry (its proposal
+//! decided meanwhile) is harmless: the worker finds the proposal terminal and
+//! acks it.
+
+use std::{sync::Arc, time::Duration};
+
+use countersign_queue::{Queue, RedisQueue};
+use countersign_store::{DynStore, Outbox, ReviewKey};
+use tokio::{sync::watch, task::JoinSet};
+
+use crate::worker::submission;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug, Clone)]
+pub struct OutboxConfig {
+    /// How often the publisher looks for rows other processes committed.
+    pub poll: Duration,
+    /// How often the sweeper checks every undecided proposal against Redis.
+    pub sweep_every: Duration,
+    /// Rows published, or proposals checked, per round trip.
+    pub batch: u32,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            poll: Duration::from_millis(200),
+            sweep_every: Duration::from_secs(5),
+            batch: 256,
+        }
+    }
+}
+
+/// Enqueues unpublished outbox rows and marks them published.
+#[derive(Clone)]
+pub struct Publisher {
+    pub store: DynStore,
+    pub outbox: Arc<dyn Outbox>,
+    pub queue: Arc<RedisQueue>,
+    pub config: OutboxConfig,
+}
+
+impl Publisher {
+    /// Publishes one batch; returns how many rows it published.
+    pub async fn publish_once(&self) -> Result<usize, Error> {
+        let keys = self.outbox.unpublished(self.config.batch).await?;
+        let mut published: Vec<ReviewKey> = Vec::with_capacity(keys.len());
+        let mut failure = None;
+        for key in keys {
+            match self.queue.enqueue(&key.tenant, &key.id).await {
+                Ok(()) => published.push(key),
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        // What reached Redis is marked even when a later enqueue failed.
+        self.outbox.mark_published(&published).await?;
+        match failure {
+            Some(error) => Err(error.into()),
+            None => Ok(published.len()),
+        }
+    }
+
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut events = self.store.subscribe();
+        let mut failing = false;
+        while !*stop.borrow() {
+            match self.publish_once().await {
+                Ok(n) => {
+                    if failing {
+                        tracing::info!("outbox publishing again");
+                        failing = false;
+                    }
+                    if n > 0 {
+                        metrics::counter!("countersign_outbox_published_total").increment(n as u64);
+                    }
+                    if n as u64 >= u64::from(self.config.batch) {
+                        continue;
+                    }
+                }
+                Err(error) => {
+                    if !failing {
+                        tracing::warn!(%error, "outbox publish failed; the rows wait in the store");
+                        failing = true;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = submission(&mut events) => {}
+                () = tokio::time::sleep(self.config.poll) => {}
+            }
+        }
+    }
+}
+
+/// Re-enqueues every undecided proposal whose Redis entry is missing.
+#[derive(Clone)]
+pub struct Sweeper {
+    pub outbox: Arc<dyn Outbox>,
+    pub queue: Arc<RedisQueue>,
+    pub config: OutboxConfig,
+}
+
+impl Sweeper {
+    /// One pass over every undecided proposal; returns how many it re-enqueued.
+    pub async fn sweep_once(&self) -> Result<u64, Error> {
+        let mut after: Option<String> = None;
+        let mut requeued = 0;
+        loop {
+            let page = self
+                .outbox
+                .undecided(after.as_deref(), self.config.batch)
+                .await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            let pairs: Vec<(&str, &str)> = page
+                .iter()
+                .map(|k| (k.tenant.as_str(), k.id.as_str()))
+                .collect();
+            for (tenant, id) in self.queue.missing(&pairs).await? {
+                self.queue.enqueue(tenant, id).await?;
+                requeued += 1;
+            }
+            if page.len() < self.config.batch as usize {
+                break;
+            }
+        }
+        Ok(requeued)
+    }
+
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            match self.sweep_once().await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::warn!(requeued = n, "undecided proposals were missing from Redis");
+                    metrics::counter!("countersign_outbox_requeued_total").increment(n);
+                }
+                Err(error) => tracing::warn!(%error, "outbox sweep failed"),
+            }
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = tokio::time::sleep(self.config.sweep_every) => {}
+            }
+        }
+    }
+}
+
+/// A running publisher, and the sweeper where there are workers.
+pub struct OutboxTasks {
+    tasks: JoinSet<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl OutboxTasks {
+    pub fn start(publisher: Publisher, sweep: bool) -> OutboxTasks {
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        if sweep {
+            let sweeper = Sweeper {
+                outbox: publisher.outbox.clone(),
+                queue: publisher.queue.clone(),
+                config: publisher.config.clone(),
+            };
+            tasks.spawn(sweeper.run(stopped.clone()));
+        }
+        tasks.spawn(publisher.run(stopped));
+        OutboxTasks { tasks, stop }
+    }
+
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}

@@ -1,0 +1,65 @@
+//! The outbox on PostgreSQL (see migrations/postgres/0006_outbox.sql): reads
+//! across tenants in the system scope; marking uses its own UPDATE policy.
+
+use async_trait::async_trait;
+
+use super::{PostgresStore, scope};
+use crate::{Result, ReviewKey, outbox::Outbox};
+
+fn keys(rows: Vec<(String, String)>) -> Vec<ReviewKey> {
+    rows.into_iter()
+        .map(|(tenant, id)| ReviewKey { tenant, id })
+        .collect()
+}
+
+#[async_trait]
+impl Outbox for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.unpublished", skip(self))]
+    async fn unpublished(&self, limit: u32) -> Result<Vec<ReviewKey>> {
+        let mut tx = scope::system(&self.pool).await?;
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT tenant, proposal_id FROM queue_entries
+             WHERE published_at IS NULL ORDER BY id LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(keys(rows))
+    }
+
+    #[tracing::instrument(name = "store.postgres.mark_published", skip_all, fields(n = keys.len()))]
+    async fn mark_published(&self, keys: &[ReviewKey]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
+        let mut tx = scope::system(&self.pool).await?;
+        sqlx::query(
+            "UPDATE queue_entries SET published_at = $2
+             WHERE proposal_id = ANY($1) AND published_at IS NULL",
+        )
+        .bind(&ids)
+        .bind(crate::now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(name = "store.postgres.undecided", skip(self))]
+    async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>> {
+        let mut tx = scope::system(&self.pool).await?;
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT tenant, id FROM proposals
+             WHERE state IN ('pending', 'reviewing') AND id > $1
+             ORDER BY id LIMIT $2",
+        )
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(keys(rows))
+    }
+}

@@ -1,0 +1,99 @@
+//! PostgreSQL only: the outbox that feeds the Redis queue. A proposal's row is
+//! unpublished from its commit until marked; undecided proposals are listed
+//! across tenants for the sweeper.
+
+#[path = "support/postgres.rs"]
+mod support;
+
+use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
+use countersign_store::{DynStore, NewProposal, Outbox, PostgresStore, ReviewKey};
+use support::TestDatabase;
+
+fn spec(target: &str) -> ProposalSpec {
+    ProposalSpec {
+        action: "host_restart_service".into(),
+        class: OperationClass::Write,
+        target: target.into(),
+        parameters: Default::default(),
+        reason: format!("restart on {target}"),
+        blast_radius: BlastRadius::SingleDevice,
+        operator: "user_42".into(),
+        context_summary: String::new(),
+        incident_id: String::new(),
+        labels: Default::default(),
+        rollback_plan: String::new(),
+        force_approve_no_sop: false,
+        idempotency_key: String::new(),
+    }
+}
+
+async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
+    let proposal = store
+        .insert_proposal(NewProposal {
+            tenant: tenant.into(),
+            spec: spec(target),
+            submitted_by: "tester".into(),
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    ReviewKey {
+        tenant: tenant.into(),
+        id: proposal.id,
+    }
+}
+
+async fn stores(db: &TestDatabase) -> (DynStore, PostgresStore) {
+    let outbox = PostgresStore::connect_with(&db.app_url, 2).await.unwrap();
+    (db.store().await, outbox)
+}
+
+#[tokio::test]
+async fn a_committed_proposal_is_unpublished_until_marked_in_every_tenant() {
+    let db = TestDatabase::migrated().await;
+    let (store, outbox) = stores(&db).await;
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let first = submit(&store, "a", "node-01").await;
+    let second = submit(&store, "b", "node-02").await;
+
+    assert_eq!(
+        outbox.unpublished(10).await.unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+    outbox
+        .mark_published(std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    assert_eq!(outbox.unpublished(10).await.unwrap(), vec![second.clone()]);
+    outbox.mark_published(&[first, second]).await.unwrap();
+    assert!(outbox.unpublished(10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn undecided_pages_through_pending_and_reviewing_proposals_of_every_tenant() {
+    let db = TestDatabase::migrated().await;
+    let (store, outbox) = stores(&db).await;
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let mut keys = vec![
+        submit(&store, "a", "node-01").await,
+        submit(&store, "b", "node-02").await,
+        submit(&store, "a", "node-03").await,
+    ];
+    let cancelled = submit(&store, "b", "node-04").await;
+    store
+        .cancel_proposal("b", &cancelled.id, "not needed")
+        .await
+        .unwrap();
+    store.begin_review("a", &keys[0].id, "w").await.unwrap();
+    keys.sort_by(|x, y| x.id.cmp(&y.id));
+
+    let first = outbox.undecided(None, 2).await.unwrap();
+    let rest = outbox
+        .undecided(Some(&first.last().unwrap().id), 2)
+        .await
+        .unwrap();
+    assert_eq!([first, rest].concat(), keys);
+}
