@@ -340,6 +340,8 @@ pub fn spec(target: &str) -> ProposalSpec {
     let mut spec = crate::helpers::valid_spec();
     spec.target = target.into();
     spec.reason = format!("restart nginx on {target}");
+    // One operator per target: the rejections here must not open a breaker.
+    spec.operator = format!("op-{target}");
     spec
 }
 
