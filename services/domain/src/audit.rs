@@ -16,7 +16,7 @@ mod verify;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{BlastRadius, DecisionOutcome, GateResult, Millis, Proposal, decision::Decision};
+use crate::{BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision};
 
 pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message};
 pub use verify::{Failure, FailureKind, Verification, Verifier};
@@ -53,6 +53,18 @@ pub struct AuditRecord {
     pub decided_at: Millis,
     pub summary: String,
     pub review_latency_ms: u64,
+}
+
+/// The proposal's side of a record: who proposed what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposed {
+    pub tenant: String,
+    pub proposal_id: String,
+    pub action: String,
+    pub target: String,
+    pub operator: String,
+    pub submitted_by: String,
+    pub blast_radius: BlastRadius,
 }
 
 /// A record in its place in the log.
@@ -98,27 +110,27 @@ impl StoredEntry {
 }
 
 impl AuditRecord {
-    /// The record of a decided proposal.
-    pub fn of(proposal: &Proposal, decision: &Decision) -> AuditRecord {
+    /// The record of a decision of the proposal `proposed`.
+    pub fn new(proposed: Proposed, decision: Decision) -> AuditRecord {
         AuditRecord {
-            tenant: proposal.tenant.clone(),
-            proposal_id: proposal.id.clone(),
-            action: proposal.spec.action.clone(),
-            target: proposal.spec.target.clone(),
-            operator: proposal.spec.operator.clone(),
-            submitted_by: proposal.submitted_by.clone(),
-            blast_radius: proposal.spec.blast_radius,
+            tenant: proposed.tenant,
+            proposal_id: proposed.proposal_id,
+            action: proposed.action,
+            target: proposed.target,
+            operator: proposed.operator,
+            submitted_by: proposed.submitted_by,
+            blast_radius: proposed.blast_radius,
             outcome: decision.outcome,
-            reason: decision.reason.clone(),
-            agent_message: decision.agent_message.clone(),
-            sop_id: decision.sop_id.clone(),
+            reason: decision.reason,
+            agent_message: decision.agent_message,
+            sop_id: decision.sop_id,
             sop_version: decision.sop_version,
-            rollback_path: decision.rollback_path.clone(),
-            gates: decision.gates.clone(),
-            missing_gates: decision.missing_gates.clone(),
-            reviewer: decision.reviewer.clone(),
+            rollback_path: decision.rollback_path,
+            gates: decision.gates,
+            missing_gates: decision.missing_gates,
+            reviewer: decision.reviewer,
             decided_at: decision.decided_at,
-            summary: decision.summary.clone(),
+            summary: decision.summary,
             review_latency_ms: decision.review_latency_ms,
         }
     }

@@ -5,8 +5,8 @@
 use countersign_domain::{
     Millis,
     audit::{
-        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, StoredEntry, chain,
-        parse_hash,
+        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, StoredEntry,
+        chain, parse_hash,
     },
 };
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, postgres::PgRow};
@@ -85,10 +85,9 @@ pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
 }
 
 fn record_from_row(row: &PgRow) -> Result<AuditRecord> {
-    let decision = decision_from_row(row)?;
-    let id: String = row.try_get("proposal_id")?;
+    let proposal_id: String = row.try_get("proposal_id")?;
     let radius: String = row.try_get("blast_radius")?;
-    Ok(AuditRecord {
+    let proposed = Proposed {
         tenant: row.try_get("tenant")?,
         action: row.try_get("action")?,
         target: row.try_get("target")?,
@@ -96,21 +95,10 @@ fn record_from_row(row: &PgRow) -> Result<AuditRecord> {
         submitted_by: row.try_get("submitted_by")?,
         blast_radius: radius
             .parse()
-            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
-        outcome: decision.outcome,
-        reason: decision.reason,
-        agent_message: decision.agent_message,
-        sop_id: decision.sop_id,
-        sop_version: decision.sop_version,
-        rollback_path: decision.rollback_path,
-        gates: decision.gates,
-        missing_gates: decision.missing_gates,
-        reviewer: decision.reviewer,
-        decided_at: decision.decided_at,
-        summary: decision.summary,
-        review_latency_ms: decision.review_latency_ms,
-        proposal_id: id,
-    })
+            .map_err(|e| corrupt(format!("proposal {proposal_id}: {e}")))?,
+        proposal_id,
+    };
+    Ok(AuditRecord::new(proposed, decision_from_row(row)?))
 }
 
 async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
