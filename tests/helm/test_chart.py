@@ -113,6 +113,10 @@ def pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
     ]
 
 
+def pod_spec(workload: dict) -> dict:
+    return workload["spec"]["template"]["spec"]
+
+
 def toml_keys(table: dict, prefix: str = "") -> set[str]:
     keys = set()
     for key, value in table.items():
@@ -151,6 +155,35 @@ class TheChartLints(unittest.TestCase):
                 self.assertEqual(problems, [], f"lint warnings or errors: {problems}")
 
 
+class TheValuesAreDocumented(unittest.TestCase):
+    # Maps whose entries are Kubernetes fields, documented once on the map itself.
+    FREE_FORM = {"podSecurityContext", "securityContext", "resources"}
+
+    def test_every_value_in_values_yaml_has_a_comment(self):
+        lines = (CHART / "values.yaml").read_text().splitlines()
+        ancestors: list[tuple[int, bool]] = []  # (indent, documented free-form map)
+        undocumented = []
+        for number, line in enumerate(lines, start=1):
+            match = re.match(r"^(\s*)([A-Za-z][\w.-]*):(.*)$", line)
+            if not match:
+                continue
+            indent, key, rest = len(match[1]), match[2], match[3].strip()
+            while ancestors and ancestors[-1][0] >= indent:
+                ancestors.pop()
+            commented = number > 1 and lines[number - 2].strip().startswith("#")
+            covered = any(free for _, free in ancestors)
+            if rest and not commented and not covered:
+                undocumented.append(f"line {number}: {line.strip()}")
+            ancestors.append((indent, covered or (commented and key in self.FREE_FORM)))
+        self.assertEqual(undocumented, [])
+
+    def test_the_schema_admits_the_defaults_and_the_production_values(self):
+        with helm.Chart.load(CHART) as chart:
+            self.assertIsNotNone(chart.schema)
+            chart.validate_schema(None)
+            chart.validate_schema(production_values())
+
+
 class EveryManifestIsValid(RenderedScenarios):
     def test_every_rendered_manifest_passes_strict_kubernetes_validation(self):
         for name, objects in self.rendered.items():
@@ -162,7 +195,8 @@ class EveryManifestIsValid(RenderedScenarios):
                     try:
                         kubernetes_validate.validate(obj, KUBERNETES, strict=True)
                     except kubernetes_validate.ValidationError as error:
-                        self.fail(f"{name}: {obj['kind']}/{obj['metadata']['name']}: {error.message}")
+                        where = f"{obj['kind']}/{obj['metadata']['name']}"
+                        self.fail(f"{name}: {where}: {error.message}")
 
     def test_the_service_monitor_scrapes_the_metrics_port_of_both_services(self):
         objects = self.rendered["production"]
@@ -201,7 +235,7 @@ class TheDeployments(RenderedScenarios):
                     mounts = {m["name"]: m for m in container["volumeMounts"]}
                     self.assertTrue(CONFIG_PATH.startswith(mounts["config"]["mountPath"] + "/"))
                     self.assertTrue(mounts["config"]["readOnly"])
-                    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+                    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
                     self.assertEqual(volumes["config"]["configMap"]["name"], RELEASE)
                     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
                     self.assertRegex(annotations["checksum/config"], r"^[0-9a-f]{64}$")
@@ -232,9 +266,9 @@ class TheDeployments(RenderedScenarios):
             with self.subTest(values=name):
                 api = named(objects, "Deployment", f"{RELEASE}-api")
                 worker = named(objects, "Deployment", f"{RELEASE}-worker")
-                self.assertIn("COUNTERSIGN_SIGNING_KEY", env_of(api["spec"]["template"]["spec"]["containers"][0]))
+                self.assertIn("COUNTERSIGN_SIGNING_KEY", env_of(pod_spec(api)["containers"][0]))
                 self.assertNotIn(
-                    "COUNTERSIGN_SIGNING_KEY", env_of(worker["spec"]["template"]["spec"]["containers"][0])
+                    "COUNTERSIGN_SIGNING_KEY", env_of(pod_spec(worker)["containers"][0])
                 )
 
     def test_otel_export_is_configured_only_when_an_endpoint_is_given(self):
@@ -272,7 +306,8 @@ class TheDeployments(RenderedScenarios):
                         "template"
                     ]["metadata"]["labels"]
                     self.assertLessEqual(service["spec"]["selector"].items(), pod_labels.items())
-                    self.assertEqual(service["spec"]["selector"]["app.kubernetes.io/component"], role)
+                    component = service["spec"]["selector"]["app.kubernetes.io/component"]
+                    self.assertEqual(component, role)
 
     def config_toml(self, objects: list[dict]) -> str:
         return named(objects, "ConfigMap", RELEASE)["data"]["countersign.toml"]
@@ -486,7 +521,8 @@ class ScalingAndDisruption(RenderedScenarios):
             self.assertEqual(metric["resource"]["name"], "cpu")
             self.assertEqual(metric["resource"]["target"]["averageUtilization"], cpu)
             # The HPA owns the replica count: the Deployment must not fight it.
-            self.assertNotIn("replicas", named(production, "Deployment", f"{RELEASE}-{role}")["spec"])
+            deployment = named(production, "Deployment", f"{RELEASE}-{role}")
+            self.assertNotIn("replicas", deployment["spec"])
         only_api = render({"api": {"autoscaling": {"enabled": True}}})
         self.assertEqual(
             [h["metadata"]["name"] for h in of_kind(only_api, "HorizontalPodAutoscaler")],
