@@ -42,4 +42,4 @@ if ! venv_is_current; then
     cp "$requirements" "$venv/countersign-requirements.txt"
 fi
 
-exec "$venv/bin/python" tests/helm/test_chart.py
+exec "$venv/bin/python" -B tests/helm/test_chart.py
