@@ -34,13 +34,55 @@ fn bench(args: &[&str]) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     assert_eq!(report["scenario"], args[0]);
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+    let production = args.contains(&"--production");
+    let baseline = if production {
+        "pgbench_single_row_insert_tps_4_clients"
+    } else {
+        "sqlite_single_row_inserts_per_s"
+    };
     assert!(
-        report["baselines"]["sqlite_single_row_inserts_per_s"]
-            .as_f64()
-            .unwrap()
-            > 0.0
+        report["baselines"][baseline].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
     );
     report
+}
+
+#[test]
+fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benchmark_beside_it() {
+    let report = bench(&[
+        "submit-decide",
+        "--production",
+        "--pgbench-clients",
+        "4",
+        "--redis-benchmark-requests",
+        "2000",
+        "--proposals",
+        "20",
+        "--clients",
+        "4",
+        "--reject-ratio",
+        "0.25",
+    ]);
+    assert_eq!(report["outcomes"]["approved"], 15, "{report}");
+    assert_eq!(report["outcomes"]["rejected"], 5, "{report}");
+    assert!(
+        report["baselines"]["redis_benchmark_xadd_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["ratios"]["decisions_per_s / pgbench_tps"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
+    assert_eq!(
+        report["params"]["backend"],
+        "production (PostgreSQL + Redis Streams)"
+    );
 }
 
 #[test]

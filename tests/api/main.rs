@@ -15,6 +15,7 @@ mod production;
 mod production_support;
 mod rate_limit;
 mod reference;
+mod replicas;
 mod review;
 mod roles;
 mod service;

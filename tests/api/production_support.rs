@@ -141,10 +141,29 @@ impl Drop for Database {
 /// Seeds tenant `acme` (SOP-007 and an ONLINE `node-01`) and returns a
 /// coordinator key.
 pub async fn seed(store: &PostgresStore) -> String {
-    store.create_tenant("acme").await.unwrap();
+    seed_tenant(store, "acme").await
+}
+
+/// A key of `role` for `tenant`.
+pub async fn key_for(store: &PostgresStore, tenant: &str, role: Role) -> String {
+    let (_, key) = store
+        .create_api_key(NewApiKey {
+            tenant: tenant.into(),
+            name: random_name("key-"),
+            role,
+            agent: false,
+        })
+        .await
+        .unwrap();
+    key
+}
+
+/// [`seed`] for any tenant.
+pub async fn seed_tenant(store: &PostgresStore, tenant: &str) -> String {
+    store.create_tenant(tenant).await.unwrap();
     store
         .put_sop(
-            "acme",
+            tenant,
             SopInput {
                 id: "SOP-007".into(),
                 action: "host_restart_service".into(),
@@ -159,23 +178,14 @@ pub async fn seed(store: &PostgresStore) -> String {
         .unwrap();
     store
         .put_target(
-            "acme",
+            tenant,
             "node-01",
             TargetStatus::Online,
             [("env".to_owned(), "production".to_owned())].into(),
         )
         .await
         .unwrap();
-    let (_, key) = store
-        .create_api_key(NewApiKey {
-            tenant: "acme".into(),
-            name: "sre-bot".into(),
-            role: Role::Coordinator,
-            agent: false,
-        })
-        .await
-        .unwrap();
-    key
+    key_for(store, tenant, Role::Coordinator).await
 }
 
 /// A free loopback port (nothing listens on it once this returns).
@@ -236,16 +246,20 @@ impl RedisServer {
 
     /// How many proposals of `tenant` the queue holds an entry for.
     pub fn queued(&self, prefix: &str, tenant: &str) -> u64 {
-        let output = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "HLEN"])
-            .arg(format!("{prefix}:ids:{tenant}"))
-            .output()
-            .expect("run redis-cli");
-        String::from_utf8_lossy(&output.stdout)
-            .trim()
-            .parse()
-            .unwrap_or(0)
+        redis_count(&self.url(), "HLEN", &format!("{prefix}:ids:{tenant}"))
     }
+}
+
+/// `redis-cli -u URL COMMAND KEY` as a number (0 when it is not one).
+pub fn redis_count(url: &str, command: &str, key: &str) -> u64 {
+    let output = Command::new("redis-cli")
+        .args(["-u", url, command, key])
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 impl Drop for RedisServer {
@@ -270,6 +284,13 @@ pub struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Server {
+    /// SIGKILL: no shutdown, whatever it held stays held until reclaimed.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -278,7 +299,19 @@ impl Drop for Server {
 /// Starts `countersign serve --role ROLE` in `dir` (its log in `dir/ROLE.log`);
 /// for roles with the API, waits for the address it listens on.
 pub fn serve(dir: &Path, role: &str, backend: &Backend<'_>) -> Server {
-    let log = std::fs::File::create(dir.join(format!("{role}.log"))).unwrap();
+    serve_as(dir, role, role, backend, &[])
+}
+
+/// [`serve`] for one of several processes of a role: `name` names its log
+/// (`dir/NAME.log`) and data directory; `extra` are more `serve` flags.
+pub fn serve_as(
+    dir: &Path,
+    name: &str,
+    role: &str,
+    backend: &Backend<'_>,
+    extra: &[&str],
+) -> Server {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     let mut command = Command::new(BIN);
     command
         .args([
@@ -290,9 +323,10 @@ pub fn serve(dir: &Path, role: &str, backend: &Backend<'_>) -> Server {
             "--reviewers",
             "2",
         ])
+        .args(extra)
         .current_dir(dir)
         .env_remove("COUNTERSIGN_REDIS_URL")
-        .env("COUNTERSIGN_DATA_DIR", dir.join(format!("{role}-data")))
+        .env("COUNTERSIGN_DATA_DIR", dir.join(format!("{name}-data")))
         .env("COUNTERSIGN_DATABASE_URL", backend.database_url)
         .env("COUNTERSIGN_REDIS_PREFIX", backend.redis_prefix)
         .env("COUNTERSIGN_DATABASE_POOL", "4")
@@ -316,8 +350,8 @@ pub fn serve(dir: &Path, role: &str, backend: &Backend<'_>) -> Server {
     BufReader::new(stdout).read_line(&mut line).unwrap();
     let Some(addr) = line.trim().strip_prefix("countersign listening on ") else {
         let _ = child.kill();
-        let log = std::fs::read_to_string(dir.join(format!("{role}.log"))).unwrap_or_default();
-        panic!("serve --role {role} did not start: {line:?}\n{log}");
+        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+        panic!("serve --role {role} ({name}) did not start: {line:?}\n{log}");
     };
     Server {
         endpoint: Some(format!("http://{addr}")),
@@ -325,14 +359,17 @@ pub fn serve(dir: &Path, role: &str, backend: &Backend<'_>) -> Server {
     }
 }
 
-pub async fn client(server: &Server, key: &str) -> Client {
+pub async fn channel(server: &Server) -> Channel {
     let endpoint = server.endpoint.clone().expect("a server with the API");
-    let channel = Channel::from_shared(endpoint)
+    Channel::from_shared(endpoint)
         .unwrap()
         .connect()
         .await
-        .expect("connect");
-    ProposalServiceClient::with_interceptor(channel, BearerAuth::new(key).unwrap())
+        .expect("connect")
+}
+
+pub async fn client(server: &Server, key: &str) -> Client {
+    ProposalServiceClient::with_interceptor(channel(server).await, BearerAuth::new(key).unwrap())
 }
 
 /// A write proposal on `target` (only `node-01` is known: others are rejected).

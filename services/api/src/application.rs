@@ -13,6 +13,7 @@ use countersign_proto::{
         target_service_server::TargetServiceServer,
     },
 };
+use countersign_queue::Peers;
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
 use tonic::transport::{Server, server::TcpIncoming};
@@ -27,7 +28,7 @@ use crate::{
     services::{
         AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
     },
-    suppression::{Suppression, SuppressionConfig, spawn_maintenance},
+    suppression::{Suppression, SuppressionConfig, spawn_listener, spawn_maintenance},
 };
 
 /// The largest message the server decodes.
@@ -69,6 +70,7 @@ pub struct Application {
     addr: SocketAddr,
     store: DynStore,
     config: ApiConfig,
+    peers: Option<Arc<dyn Peers>>,
 }
 
 const SERVICES: &[&str] = &[
@@ -90,7 +92,16 @@ impl Application {
             addr,
             store,
             config,
+            peers: None,
         })
+    }
+
+    /// Shares with the deployment's other processes (production: Redis): their
+    /// committed events wake this fan-out at once, and rejections and
+    /// invalidations go both ways.
+    pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        self.peers = Some(peers);
+        self
     }
 
     pub fn port(&self) -> u16 {
@@ -126,10 +137,23 @@ impl Application {
             .layer(MetricsLayer)
             .into_inner();
 
-        let suppression = Arc::new(Suppression::new(self.config.suppression));
+        let mut suppression = Suppression::new(self.config.suppression);
+        if let Some(peers) = &self.peers {
+            suppression = suppression.with_peers(peers.clone());
+        }
+        let suppression = Arc::new(suppression);
+        let listener = self
+            .peers
+            .clone()
+            .map(|peers| spawn_listener(suppression.clone(), peers));
         let observers: Vec<Arc<dyn Observer>> = vec![suppression.clone()];
         let fanout = Fanout::new(self.config.watch.ring, observers);
-        let pump = spawn_pump(fanout.clone(), self.store.clone(), self.config.watch);
+        let pump = spawn_pump(
+            fanout.clone(),
+            self.store.clone(),
+            self.config.watch,
+            self.peers.clone(),
+        );
         let maintenance =
             spawn_maintenance(suppression.clone(), self.store.clone(), fanout.closing());
         let proposals = ProposalServiceServer::new(ProposalApi::new(
@@ -191,6 +215,9 @@ impl Application {
             .await?;
         let _ = pump.await;
         let _ = maintenance.await;
+        if let Some(listener) = listener {
+            listener.abort();
+        }
         if let Some(checkpoints) = checkpoints {
             let _ = checkpoints.await;
         }

@@ -7,6 +7,7 @@ mod audit_query;
 mod baseline;
 mod board;
 mod growth;
+mod production;
 mod report;
 mod scenario;
 mod server;
@@ -32,6 +33,8 @@ pub struct BenchArgs {
     /// How long to measure each baseline.
     #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
     pub baseline_time: Duration,
+    #[command(flatten)]
+    pub production: production::ProductionArgs,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -46,7 +49,8 @@ pub enum Scenario {
     WatchFanout(FanoutArgs),
     /// Pages of `ListDecisions` with filters over a large log, and `VerifyLog` of all of it.
     AuditQuery(AuditQueryArgs),
-    /// Only the machine's baselines (SQLite single-row inserts).
+    /// Only the machine's baselines (SQLite single-row inserts; with
+    /// `--production`, pgbench and redis-benchmark too).
     Baseline,
 }
 
@@ -151,7 +155,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         Scenario::Suppressed(load) => suppressed::suppressed(&args, load).await?,
         Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
         Scenario::AuditQuery(q) => audit_query::audit_query(&args, q).await?,
-        Scenario::Baseline => scenario::baseline_only(args.baseline_time).await?,
+        Scenario::Baseline => scenario::baseline_only(&args).await?,
     };
     print!("{}", report.table());
     let path = report.write_json(&args.out_dir)?;

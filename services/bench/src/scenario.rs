@@ -30,6 +30,7 @@ use tonic::{
 use crate::{
     BenchArgs, LoadArgs, NoisyArgs, Via, baseline,
     board::Board,
+    production::Production,
     report::{Machine, Percentiles, Report, ServerUsage},
     server::{Server, Usage},
 };
@@ -342,10 +343,72 @@ impl Measured {
     }
 }
 
+/// The machine's limits for a run on `production` (or the embedded default):
+/// the baselines, and the (ratio name, limit) pairs throughput is divided by.
+pub(crate) async fn limits(
+    args: &BenchArgs,
+    production: Option<&Production>,
+) -> anyhow::Result<(BTreeMap<String, f64>, Vec<(String, f64)>)> {
+    let Some(p) = production else {
+        let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
+        return Ok((
+            BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]),
+            vec![("sqlite_inserts_per_s".to_owned(), sqlite)],
+        ));
+    };
+    let clients = args.production.pgbench_clients;
+    let pg = p
+        .pgbench_tps(clients, args.baseline_time.as_secs().max(2))
+        .await?;
+    let redis = p.redis_xadd_rate(
+        args.production.redis_benchmark_clients,
+        args.production.redis_benchmark_requests,
+    )?;
+    Ok((
+        BTreeMap::from([
+            (
+                format!("pgbench_single_row_insert_tps_{clients}_clients"),
+                pg,
+            ),
+            ("redis_benchmark_xadd_per_s".to_owned(), redis),
+        ]),
+        vec![
+            ("pgbench_tps".to_owned(), pg),
+            ("redis_xadd_per_s".to_owned(), redis),
+        ],
+    ))
+}
+
+pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
+    match production {
+        Some(_) => "production (PostgreSQL + Redis Streams)",
+        None => "embedded (SQLite + embedded queue)",
+    }
+}
+
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
+    let production = args.production.prepare().await?;
+    let result = submit_decide_on(args, load, production.clone()).await;
+    if let (Some(p), Some(owner)) = (&production, &args.production.pg_owner_url) {
+        p.clean_up(owner).await;
+    }
+    result
+}
+
+async fn submit_decide_on(
+    args: &BenchArgs,
+    load: &LoadArgs,
+    production: Option<Production>,
+) -> anyhow::Result<Report> {
+    if production.is_some() && load.growth.is_some() {
+        anyhow::bail!(
+            "--growth seeds the SQLite file directly: not available with --production yet"
+        );
+    }
     let started_at = now_rfc3339();
-    let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
-    let mut server = Server::start(args.reviewers)?;
+    let backend = backend_name(production.as_ref());
+    let (mut baselines, limits) = limits(args, production.as_ref()).await?;
+    let mut server = Server::start_on(args.reviewers, production)?;
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
     let empty = measure(&server, &key, load, pool).await?;
@@ -356,13 +419,17 @@ pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<
         ),
         ("submit → decision".to_owned(), empty.decision()),
     ]);
-    let mut ratios = BTreeMap::from([(
-        "decisions_per_s / sqlite_inserts_per_s".to_owned(),
-        empty.throughput() / sqlite,
-    )]);
+    let mut ratios: BTreeMap<String, f64> = limits
+        .iter()
+        .map(|(name, limit)| {
+            (
+                format!("decisions_per_s / {name}"),
+                empty.throughput() / limit,
+            )
+        })
+        .collect();
     let mut outcomes = empty.tally.outcomes.clone();
     let mut errors = empty.tally.errors.clone();
-    let mut baselines = BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]);
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
         server.stop();
@@ -419,7 +486,7 @@ pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<
         params: json!({
             "proposals": load.proposals, "clients": load.clients, "rate": load.rate,
             "reject_ratio": load.reject_ratio, "reviewers": args.reviewers, "via": load.via,
-            "growth": load.growth, "backend": "embedded (SQLite + embedded queue)",
+            "growth": load.growth, "backend": backend,
         }),
         duration_s: headline.1.as_secs_f64(),
         throughput_per_s: headline.0,
@@ -465,8 +532,22 @@ async fn trickle(
 }
 
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
+    let production = args.production.prepare().await?;
+    let result = noisy_neighbour_on(args, noisy, production.clone()).await;
+    if let (Some(p), Some(owner)) = (&production, &args.production.pg_owner_url) {
+        p.clean_up(owner).await;
+    }
+    result
+}
+
+async fn noisy_neighbour_on(
+    args: &BenchArgs,
+    noisy: &NoisyArgs,
+    production: Option<Production>,
+) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
-    let server = Server::start(args.reviewers)?;
+    let backend = backend_name(production.as_ref());
+    let server = Server::start_on(args.reviewers, production)?;
     let flood_key = seed(&server, "default", MAX_TARGETS).await?;
     let quiet_key = seed(&server, "quiet", MAX_TARGETS).await?;
 
@@ -535,6 +616,7 @@ pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Res
         params: json!({
             "flood_clients": noisy.flood_clients, "trickle_rate": noisy.trickle_rate,
             "duration_s": noisy.duration.as_secs_f64(), "reviewers": args.reviewers,
+            "backend": backend,
         }),
         duration_s: wall.as_secs_f64(),
         throughput_per_s: flood_rate,
@@ -560,21 +642,30 @@ pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Res
     })
 }
 
-pub async fn baseline_only(span: Duration) -> anyhow::Result<Report> {
+pub async fn baseline_only(args: &BenchArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
-    let sqlite = baseline::sqlite_insert_rate(span).await?;
+    let (mut baselines, limits_here) = limits(args, None).await?;
+    let sqlite = limits_here[0].1;
+    let production = args.production.prepare().await?;
+    if let Some(p) = &production {
+        let measured = limits(args, Some(p)).await;
+        if let Some(owner) = &args.production.pg_owner_url {
+            p.clean_up(owner).await;
+        }
+        baselines.extend(measured?.0);
+    }
     Ok(Report {
         scenario: "baseline".into(),
         started_at,
         machine: Machine::here(),
-        params: json!({}),
-        duration_s: span.as_secs_f64(),
+        params: json!({ "backend": backend_name(production.as_ref()) }),
+        duration_s: args.baseline_time.as_secs_f64(),
         throughput_per_s: sqlite,
         latencies: BTreeMap::new(),
         outcomes: BTreeMap::new(),
         errors: BTreeMap::new(),
         server: ServerUsage::default(),
-        baselines: BTreeMap::from([("sqlite_single_row_inserts_per_s".to_owned(), sqlite)]),
+        baselines,
         ratios: BTreeMap::new(),
     })
 }

@@ -9,16 +9,39 @@ use std::{
 
 use anyhow::{Context, bail};
 
+use crate::production::Production;
+
 pub struct Server {
     child: Child,
     pub endpoint: String,
     pub data_dir: tempfile::TempDir,
     reviewers: Option<usize>,
+    /// PostgreSQL + Redis, or (none) the embedded default.
+    pub production: Option<Production>,
+}
+
+/// Points `command` at the run's backends: the production ones, or the
+/// embedded default (whatever the environment says).
+fn backends(command: &mut Command, production: Option<&Production>) {
+    match production {
+        Some(p) => command
+            .env("COUNTERSIGN_DATABASE_URL", &p.app_url)
+            .env("COUNTERSIGN_REDIS_URL", &p.redis_url)
+            .env("COUNTERSIGN_REDIS_PREFIX", &p.redis_prefix),
+        None => command
+            .env_remove("COUNTERSIGN_DATABASE_URL")
+            .env_remove("COUNTERSIGN_REDIS_URL"),
+    };
 }
 
 /// `countersign serve` on a free port; its child and endpoint.
-fn spawn(data_dir: &Path, reviewers: Option<usize>) -> anyhow::Result<(Child, String)> {
+fn spawn(
+    data_dir: &Path,
+    reviewers: Option<usize>,
+    production: Option<&Production>,
+) -> anyhow::Result<(Child, String)> {
     let mut command = Command::new(std::env::current_exe()?);
+    backends(&mut command, production);
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args([
@@ -29,7 +52,6 @@ fn spawn(data_dir: &Path, reviewers: Option<usize>) -> anyhow::Result<(Child, St
         ])
         .arg("--data-dir")
         .arg(data_dir)
-        .env_remove("COUNTERSIGN_DATABASE_URL")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -55,12 +77,17 @@ pub struct Usage {
     pub peak_rss_kib: u64,
 }
 
-fn countersign(data_dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new(std::env::current_exe()?)
+fn countersign(
+    data_dir: &Path,
+    production: Option<&Production>,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let mut command = Command::new(std::env::current_exe()?);
+    backends(&mut command, production);
+    let output = command
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
-        .env_remove("COUNTERSIGN_DATABASE_URL")
         .output()?;
     if !output.status.success() {
         bail!(
@@ -75,13 +102,23 @@ impl Server {
     /// Starts `countersign serve` with `reviewers` workers on a fresh data
     /// directory (the first start creates tenant `default` and its admin key).
     pub fn start(reviewers: Option<usize>) -> anyhow::Result<Server> {
+        Server::start_on(reviewers, None)
+    }
+
+    /// [`Server::start`] on the given backends (a fresh database: the first
+    /// start bootstraps tenant `default` there too).
+    pub fn start_on(
+        reviewers: Option<usize>,
+        production: Option<Production>,
+    ) -> anyhow::Result<Server> {
         let data_dir = tempfile::tempdir()?;
-        let (child, endpoint) = spawn(data_dir.path(), reviewers)?;
+        let (child, endpoint) = spawn(data_dir.path(), reviewers, production.as_ref())?;
         Ok(Server {
             child,
             endpoint,
             data_dir,
             reviewers,
+            production,
         })
     }
 
@@ -93,7 +130,11 @@ impl Server {
 
     /// Starts the server again on the same data directory.
     pub fn resume(&mut self) -> anyhow::Result<()> {
-        let (child, endpoint) = spawn(self.data_dir.path(), self.reviewers)?;
+        let (child, endpoint) = spawn(
+            self.data_dir.path(),
+            self.reviewers,
+            self.production.as_ref(),
+        )?;
         self.child = child;
         self.endpoint = endpoint;
         Ok(())
@@ -101,7 +142,7 @@ impl Server {
 
     /// Runs an admin command against the server's database.
     pub fn admin(&self, args: &[&str]) -> anyhow::Result<String> {
-        countersign(self.data_dir.path(), args)
+        countersign(self.data_dir.path(), self.production.as_ref(), args)
     }
 
     pub fn usage(&self) -> Usage {

@@ -7,7 +7,9 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::Args;
-use countersign_queue::{DynQueue, EmbeddedQueue, RedisQueue, RedisQueueOptions};
+use countersign_queue::{
+    DynQueue, EmbeddedQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions,
+};
 use countersign_reviewer::OutboxConfig;
 use countersign_store::{DynStore, PostgresStore, SqliteStore, Store};
 
@@ -39,6 +41,8 @@ pub struct BackendArgs {
 /// PostgreSQL and the Redis queue it feeds (connected once Redis answers).
 pub struct Production {
     pub store: Arc<PostgresStore>,
+    /// The other processes of the deployment (wake-ups, suppression).
+    pub peers: Arc<RedisPeers>,
     pub redis_url: String,
     pub queue_options: RedisQueueOptions,
     pub outbox: OutboxConfig,
@@ -54,6 +58,14 @@ pub enum Backends {
 }
 
 impl Backends {
+    /// The other processes of the deployment, on the production backends.
+    pub fn peers(&self) -> Option<Arc<dyn Peers>> {
+        match self {
+            Backends::Embedded { .. } => None,
+            Backends::Production(production) => Some(production.peers.clone()),
+        }
+    }
+
     pub fn store(&self) -> DynStore {
         match self {
             Backends::Embedded { store, .. } => store.clone(),
@@ -78,8 +90,15 @@ impl BackendArgs {
                 .context("opening the database")?;
             // An outdated schema is said here: the service role cannot migrate.
             pg.migrate().await.context("checking the schema")?;
+            let peers = RedisPeers::new(
+                &redis_url,
+                &self.redis_prefix,
+                RedisQueueOptions::default().response_timeout,
+            )
+            .context("the Redis URL")?;
             return Ok(Backends::Production(Production {
                 store: Arc::new(pg),
+                peers,
                 redis_url,
                 queue_options: RedisQueueOptions {
                     prefix: self.redis_prefix.clone(),

@@ -7,9 +7,18 @@
 //! the sweeper. Redis is connected in the background, so the API accepts (and
 //! the outbox keeps) submissions while Redis is unreachable.
 
+use std::sync::Arc;
+
+use countersign_queue::{PeerMessage, Peers, RedisPeers};
 use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers};
 use countersign_store::DynStore;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{
+        broadcast::error::{RecvError, TryRecvError},
+        watch,
+    },
+    task::JoinHandle,
+};
 
 use crate::{
     backends::{Backends, Production},
@@ -65,6 +74,7 @@ async fn run(
         return;
     };
     let store: DynStore = production.store.clone();
+    let announcer = tokio::spawn(announce_events(store.clone(), production.peers.clone()));
     let publisher = Publisher {
         store: store.clone(),
         outbox: production.store.clone(),
@@ -81,4 +91,22 @@ async fn run(
         reviewers.shutdown().await;
     }
     outbox.shutdown().await;
+    announcer.abort();
+}
+
+/// Tells the other processes whenever this one commits events (a submission,
+/// a review started, a decision), so their fan-outs read them at once. Signals
+/// that pile up while one is being sent go out as one.
+async fn announce_events(store: DynStore, peers: Arc<RedisPeers>) {
+    let mut events = store.subscribe();
+    loop {
+        match events.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+        while let Ok(_) | Err(TryRecvError::Lagged(_)) = events.try_recv() {}
+        if let Err(error) = peers.publish(&PeerMessage::Events).await {
+            tracing::debug!(%error, "events not announced to other processes (they poll)");
+        }
+    }
 }

@@ -30,6 +30,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal()?;
     let backends = args.backends.open(&args.store).await?;
     let store = backends.store();
+    let peers = backends.peers();
     tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
     if let Some(bootstrap) = store.bootstrap().await? {
         let path = write_admin_key(&args.store.data_dir, &bootstrap.key)?;
@@ -69,7 +70,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             signing_key: Some(args.signing.load(&args.store.data_dir)?),
             checkpoint_every: args.checkpoint_every,
         };
-        let app = Application::build(config, store).await?;
+        let mut app = Application::build(config, store).await?;
+        if let Some(peers) = peers {
+            app = app.with_peers(peers);
+        }
         // Scripts and tests read the bound address from this line.
         println!("countersign listening on {}", app.local_addr());
         app.run_until_stopped(shutdown).await?;

@@ -19,8 +19,9 @@ pub struct GateResult {
     pub detail: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    #[serde(with = "crate::proposal::by_name::outcome")]
     pub outcome: DecisionOutcome,
     pub reason: String,
     pub agent_message: String,

@@ -61,12 +61,13 @@ impl ProposalSpec {
     }
 }
 
-/// A stored proposal.
-#[derive(Debug, Clone, PartialEq)]
+/// A stored proposal (serialisable: a shared cache keeps rejected ones).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub id: String,
     pub tenant: String,
     pub spec: ProposalSpec,
+    #[serde(with = "by_name::state")]
     pub state: ProposalState,
     pub submitted_by: String,
     pub created_at: Millis,
@@ -96,6 +97,7 @@ pub(crate) mod by_name {
     serde_by_name!(class, crate::proposal::OperationClass);
     serde_by_name!(blast_radius, crate::proposal::BlastRadius);
     serde_by_name!(outcome, crate::decision::DecisionOutcome);
+    serde_by_name!(state, crate::state::ProposalState);
 }
 
 #[cfg(test)]
@@ -148,5 +150,46 @@ pub(crate) mod tests {
         let a = spec();
         let back: ProposalSpec = serde_json::from_str(&a.canonical_json()).unwrap();
         assert_eq!(a, back);
+    }
+
+    #[test]
+    fn a_rejected_proposal_with_its_decision_round_trips_through_json() {
+        use crate::decision::{DecisionOutcome, GateResult};
+        let rejected = Proposal {
+            id: "01KB".into(),
+            tenant: "acme".into(),
+            spec: spec(),
+            state: ProposalState::Rejected,
+            submitted_by: "sre-bot".into(),
+            created_at: 1,
+            updated_at: 2,
+            decision: Some(Decision {
+                outcome: DecisionOutcome::Reject,
+                reason: "target_state: unknown".into(),
+                agent_message: "ask a human".into(),
+                sop_id: Some("SOP-007".into()),
+                sop_version: Some(3),
+                rollback_path: None,
+                gates: vec![GateResult {
+                    gate: "target_state".into(),
+                    passed: false,
+                    detail: "unknown".into(),
+                }],
+                missing_gates: vec!["target_state".into()],
+                reviewer: "w-1".into(),
+                decided_at: 2,
+                summary: "Decision: reject".into(),
+                sequence: 7,
+                digest: "ab".into(),
+                review_latency_ms: 1,
+            }),
+            suppressed_retries: 4,
+            cancel_reason: None,
+        };
+        let json = serde_json::to_string(&rejected).unwrap();
+        assert!(json.contains(r#""state":"rejected""#), "{json}");
+        assert!(json.contains(r#""outcome":"reject""#), "{json}");
+        let back: Proposal = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, rejected);
     }
 }

@@ -3,6 +3,7 @@
 //! again; exactly-once *decisions* are the store's job.
 
 mod embedded;
+pub mod peers;
 mod redis;
 
 use std::{sync::Arc, time::Duration};
@@ -11,7 +12,8 @@ use async_trait::async_trait;
 use countersign_domain::{ErrorKind, Millis, ServiceError};
 
 pub use embedded::EmbeddedQueue;
-pub use redis::{Consumer, DeadLetter, RedisQueue, RedisQueueOptions};
+pub use peers::{PeerMessage, PeerSignal, Peers, SharedRejection};
+pub use redis::{Consumer, DeadLetter, RedisPeers, RedisQueue, RedisQueueOptions};
 
 /// One entry handed to one worker until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,12 @@
 
 use std::{sync::Arc, time::Duration};
 
+use countersign_queue::{PeerMessage, PeerSignal, Peers};
 use countersign_store::DynStore;
-use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
+use tokio::{
+    sync::broadcast::{self, error::RecvError},
+    task::JoinHandle,
+};
 
 use super::{Fanout, Published, WatchConfig};
 
@@ -12,14 +16,21 @@ const PAGE: u32 = 512;
 /// Pause after a failed read before trying again.
 const BACKOFF: Duration = Duration::from_millis(500);
 
-/// Starts the pump; it runs until [`Fanout::close`].
-pub fn spawn_pump(fanout: Fanout, store: DynStore, config: WatchConfig) -> JoinHandle<()> {
-    tokio::spawn(run(fanout, store, config))
+/// Starts the pump; it runs until [`Fanout::close`]. With `peers`, another
+/// process's "events committed" wakes it at once, not at the next tick.
+pub fn spawn_pump(
+    fanout: Fanout,
+    store: DynStore,
+    config: WatchConfig,
+    peers: Option<Arc<dyn Peers>>,
+) -> JoinHandle<()> {
+    tokio::spawn(run(fanout, store, config, peers))
 }
 
-async fn run(fanout: Fanout, store: DynStore, config: WatchConfig) {
+async fn run(fanout: Fanout, store: DynStore, config: WatchConfig, peers: Option<Arc<dyn Peers>>) {
     let mut closing = fanout.closing();
     let mut signals = Some(store.subscribe());
+    let mut remote = peers.map(|peers| peers.subscribe());
     // Live from now: what is already committed is for replays to read.
     let mut position = loop {
         match store.event_horizon().await {
@@ -46,6 +57,11 @@ async fn run(fanout: Fanout, store: DynStore, config: WatchConfig) {
                     signals = None;
                 }
             }
+            wake = next_remote(&mut remote) => {
+                if !wake {
+                    continue;
+                }
+            }
             _ = tick.tick() => {}
             _ = prune.tick() => {
                 prune_expired(&store, config.retention).await;
@@ -70,6 +86,23 @@ async fn next_signal(
     }
     while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
     Ok(())
+}
+
+/// Waits for the next word from another process; true when it says events
+/// were committed (or that some word may have been lost).
+async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bool {
+    let Some(rx) = remote else {
+        return std::future::pending().await;
+    };
+    match rx.recv().await {
+        Ok(PeerSignal::Message(PeerMessage::Events) | PeerSignal::Reconnected)
+        | Err(RecvError::Lagged(_)) => true,
+        Ok(PeerSignal::Message(_)) => false,
+        Err(RecvError::Closed) => {
+            *remote = None;
+            false
+        }
+    }
 }
 
 /// Publishes every event after `position`, in order; returns the new position.

@@ -19,7 +19,7 @@ use countersign_domain::now_ms;
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
-    suppression::{Refusal, Suppression},
+    suppression::{Entry, Refusal, Suppression},
 };
 
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
@@ -42,6 +42,16 @@ impl ProposalApi {
             suppression,
         }
     }
+}
+
+/// The answer to an identical retry of a cached rejection.
+fn suppressed(entry: &Entry, caller: &Caller) -> Response<SubmitResponse> {
+    tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
+    Response::new(SubmitResponse {
+        proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
+        deduplicated: false,
+        suppressed: true,
+    })
 }
 
 fn not_found(id: &str) -> Status {
@@ -80,14 +90,14 @@ impl ProposalService for ProposalApi {
                     humantime::format_duration(window)
                 )));
             }
-            Some(Refusal::Suppressed(entry)) => {
-                tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
-                return Ok(Response::new(SubmitResponse {
-                    proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
-                    deduplicated: false,
-                    suppressed: true,
-                }));
-            }
+            Some(Refusal::Suppressed(entry)) => return Ok(suppressed(&entry, &caller)),
+        }
+        if let Some(entry) = self
+            .suppression
+            .check_shared(&tenant.name, &spec, now_ms())
+            .await
+        {
+            return Ok(suppressed(&entry, &caller));
         }
         let outcome = self
             .store

@@ -8,6 +8,7 @@
 //! resets the breaker.
 
 mod maintenance;
+mod shared;
 mod tier;
 
 use std::{
@@ -20,9 +21,11 @@ use countersign_domain::{
     Event, EventKind, Millis, Proposal, ProposalSpec, TenantPolicy,
     suppression::{Breaker, fingerprint, suppresses_retries},
 };
+use countersign_queue::{PeerMessage, Peers};
 use countersign_store::{BreakerReset, RecentRejection, ReviewKey};
 
 pub use maintenance::spawn_maintenance;
+pub use shared::spawn_listener;
 pub use tier::{Entry, LocalTier, SuppressionTier};
 
 /// Rejections older than this are forgotten by breakers (the longest window).
@@ -76,6 +79,8 @@ pub struct Suppression {
     breakers: Mutex<HashMap<(String, String), Breaker>>,
     /// The policy each tenant had at its last submission.
     policies: Mutex<HashMap<String, TenantPolicy>>,
+    /// The tier other replicas share, and how they hear of changes.
+    peers: Option<Arc<dyn Peers>>,
 }
 
 fn millis(d: Duration) -> Millis {
@@ -91,7 +96,14 @@ impl Suppression {
             retries: Mutex::default(),
             breakers: Mutex::default(),
             policies: Mutex::default(),
+            peers: None,
         }
+    }
+
+    /// Shares rejections and changes with the other replicas through `peers`.
+    pub fn with_peers(mut self, peers: Arc<dyn Peers>) -> Self {
+        self.peers = Some(peers);
+        self
     }
 
     /// Decides whether `spec` from this tenant is answered without review.
@@ -119,6 +131,52 @@ impl Suppression {
             self.tier.remove(&key);
             return None;
         }
+        self.count_retry(tenant, &entry);
+        Some(Refusal::Suppressed(entry))
+    }
+
+    /// After [`Suppression::check`] found nothing in this process: the shared
+    /// tier, if there is one (a miss on any failure or after [`shared::LOOKUP_TIMEOUT`]).
+    pub async fn check_shared(
+        &self,
+        tenant: &str,
+        spec: &ProposalSpec,
+        now: Millis,
+    ) -> Option<Arc<Entry>> {
+        let peers = self.peers.as_ref()?;
+        let key = cache_key(tenant, spec);
+        let scopes = Scope::of(spec).map(|scope| scope.to_key());
+        let found = tokio::time::timeout(
+            shared::LOOKUP_TIMEOUT,
+            peers.rejection(tenant, &key, &scopes),
+        )
+        .await;
+        let found = match found {
+            Ok(Ok(found)) => found?,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "suppression: shared tier unavailable");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let entry = Arc::new(shared::decode(&found.value)?);
+        let fits =
+            entry.proposal.tenant == tenant && cache_key(tenant, &entry.proposal.spec) == key;
+        if !fits
+            || entry.expires_at <= now
+            || found
+                .changed_at
+                .is_some_and(|at| at >= entry.review_started)
+            || self.changed_since(tenant, &entry.proposal, entry.review_started)
+        {
+            return None;
+        }
+        self.tier.put(key, entry.clone());
+        self.count_retry(tenant, &entry);
+        Some(entry)
+    }
+
+    fn count_retry(&self, tenant: &str, entry: &Entry) {
         *self
             .retries
             .lock()
@@ -127,7 +185,6 @@ impl Suppression {
             .or_default() += 1;
         metrics::counter!("countersign_suppressed_total", "tenant" => tenant.to_owned())
             .increment(1);
-        Some(Refusal::Suppressed(entry))
     }
 
     /// Learns from one published event: rejections feed the cache and the
@@ -164,16 +221,58 @@ impl Suppression {
             expires_at: decision.decided_at.saturating_add(millis(self.config.ttl)),
             review_started,
         };
-        self.tier
-            .put(cache_key(&proposal.tenant, &proposal.spec), Arc::new(entry));
+        let key = cache_key(&proposal.tenant, &proposal.spec);
+        if let Some(peers) = &self.peers {
+            let remaining = entry
+                .expires_at
+                .saturating_sub(countersign_domain::now_ms());
+            if remaining > 0 {
+                let (peers, key, value) = (peers.clone(), key.clone(), shared::encode(&entry));
+                let ttl = Duration::from_millis(remaining as u64);
+                tokio::spawn(async move {
+                    if let Err(error) = peers.put_rejection(&key, &value, ttl).await {
+                        tracing::debug!(%error, "suppression: shared tier unavailable");
+                    }
+                });
+            }
+        }
+        self.tier.put(key, Arc::new(entry));
     }
 
-    /// A change to `scope`: rejections that rested on it go.
+    /// A change to `scope` made here: rejections that rested on it go, in
+    /// this process and (through the peers) in the others and the shared tier.
     pub fn invalidate(&self, tenant: &str, scope: Scope, now: Millis) {
-        self.changes
-            .lock()
-            .expect("changes")
-            .insert((tenant.to_owned(), scope), now);
+        if let Some(peers) = &self.peers {
+            let peers = peers.clone();
+            let (tenant, key) = (tenant.to_owned(), scope.to_key());
+            // Kept as long as a rejection reviewed before the change may live.
+            let keep = self.config.ttl * 2 + Duration::from_secs(3600);
+            tokio::spawn(async move {
+                let message = PeerMessage::Invalidate {
+                    tenant: tenant.clone(),
+                    scope: key.clone(),
+                    at: now,
+                };
+                let shared = peers.scope_changed(&tenant, &key, now, keep).await;
+                let told = peers.publish(&message).await;
+                if let Err(error) = shared.and(told) {
+                    tracing::warn!(%error, %tenant, scope = %key, "suppression: other replicas not told of a change");
+                }
+            });
+        }
+        self.invalidate_local(tenant, scope, now);
+    }
+
+    /// A change to `scope`, in this process only (another replica made it).
+    pub fn invalidate_local(&self, tenant: &str, scope: Scope, now: Millis) {
+        let mut changes = self.changes.lock().expect("changes");
+        let at = changes.entry((tenant.to_owned(), scope)).or_insert(now);
+        *at = (*at).max(now);
+    }
+
+    /// Empties the in-process tier (changes may have been missed).
+    pub fn forget_cached(&self) {
+        self.tier.clear();
     }
 
     /// A policy other than the one last seen is a change: rejections reviewed
@@ -241,13 +340,7 @@ impl Suppression {
 
     fn changed_since(&self, tenant: &str, proposal: &Proposal, since: Millis) -> bool {
         let changes = self.changes.lock().expect("changes");
-        [
-            Scope::Action(proposal.spec.action.clone()),
-            Scope::Target(proposal.spec.target.clone()),
-            Scope::Policy,
-        ]
-        .into_iter()
-        .any(|scope| {
+        Scope::of(&proposal.spec).into_iter().any(|scope| {
             changes
                 .get(&(tenant.to_owned(), scope))
                 .is_some_and(|&at| at >= since)

@@ -22,6 +22,7 @@ pub trait SuppressionTier: Send + Sync {
     fn get(&self, fingerprint: &str) -> Option<Arc<Entry>>;
     fn put(&self, fingerprint: String, entry: Arc<Entry>);
     fn remove(&self, fingerprint: &str);
+    fn clear(&self);
     fn entries(&self) -> u64;
 }
 
@@ -52,6 +53,10 @@ impl SuppressionTier for LocalTier {
 
     fn remove(&self, fingerprint: &str) {
         self.cache.invalidate(fingerprint);
+    }
+
+    fn clear(&self) {
+        self.cache.invalidate_all();
     }
 
     fn entries(&self) -> u64 {

@@ -22,6 +22,7 @@
 //! with replicas), not a cluster.
 
 mod inspect;
+mod peers;
 mod scripts;
 mod token;
 
@@ -35,6 +36,7 @@ use redis::{
 
 use crate::{Lease, Queue, Result};
 pub use inspect::{Consumer, DeadLetter};
+pub use peers::RedisPeers;
 use scripts::SCRIPTS;
 
 #[derive(Debug, Clone)]
