@@ -18,6 +18,7 @@ mod reference;
 mod review;
 mod roles;
 mod service;
+mod shutdown;
 mod suppression;
 mod validation;
 mod watch;

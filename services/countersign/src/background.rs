@@ -9,7 +9,7 @@
 
 use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers};
 use countersign_store::DynStore;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{sync::watch, task::JoinSet};
 
 use crate::{
     backends::{Backends, Production},
@@ -20,7 +20,8 @@ pub enum Background {
     Embedded(Option<Reviewers>),
     Production {
         stop: watch::Sender<bool>,
-        task: JoinHandle<()>,
+        /// One task; a set so that dropping it (the grace period over) aborts it.
+        task: JoinSet<()>,
     },
 }
 
@@ -34,7 +35,8 @@ impl Background {
             })),
             Backends::Production(production) => {
                 let (stop, stopped) = watch::channel(false);
-                let task = tokio::spawn(run(production, workers, config, stopped));
+                let mut task = JoinSet::new();
+                task.spawn(run(production, workers, config, stopped));
                 Background::Production { stop, task }
             }
         }
@@ -45,10 +47,12 @@ impl Background {
         match self {
             Background::Embedded(Some(reviewers)) => reviewers.shutdown().await,
             Background::Embedded(None) => {}
-            Background::Production { stop, task } => {
+            Background::Production { stop, mut task } => {
                 let _ = stop.send(true);
-                if let Err(error) = task.await {
-                    tracing::error!(%error, "background tasks failed");
+                while let Some(joined) = task.join_next().await {
+                    if let Err(error) = joined {
+                        tracing::error!(%error, "background tasks failed");
+                    }
                 }
             }
         }

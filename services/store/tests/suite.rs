@@ -32,6 +32,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         tenant: tenant.into(),
         spec: spec(key),
         submitted_by: "tester".into(),
+        trace_parent: None,
     }
 }
 
