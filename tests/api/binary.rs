@@ -11,9 +11,9 @@ use std::{
 
 const BIN: &str = env!("CARGO_BIN_EXE_countersign");
 
-struct Server {
-    child: Child,
-    endpoint: String,
+pub struct Server {
+    pub child: Child,
+    pub endpoint: String,
 }
 
 impl Drop for Server {
@@ -27,7 +27,7 @@ fn serve(dir: &Path) -> Server {
     serve_with(dir, &[])
 }
 
-fn serve_with(dir: &Path, extra: &[&str]) -> Server {
+pub fn serve_with(dir: &Path, extra: &[&str]) -> Server {
     let listen = if extra.contains(&"--listen") {
         &[][..]
     } else {

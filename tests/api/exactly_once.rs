@@ -125,6 +125,7 @@ async fn a_cancel_that_wins_the_race_discards_the_late_result() {
     let BeginReview::Reviewing {
         proposal,
         started_at,
+        ..
     } = app.store.begin_review("acme", &id, "w").await.unwrap()
     else {
         panic!("should be reviewable")
@@ -232,6 +233,7 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
                 tenant: "acme".into(),
                 spec,
                 submitted_by: "bulk".into(),
+                trace_parent: None,
             })
             .await
             .unwrap();

@@ -19,6 +19,7 @@ mod replicas;
 mod review;
 mod roles;
 mod service;
+mod shutdown;
 mod suppression;
 mod validation;
 mod watch;

@@ -24,7 +24,7 @@ use crate::{
     RateLimit, Timeouts,
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, spawn_pump},
-    layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer},
+    layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer, TraceLayer},
     services::{
         AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
     },
@@ -130,6 +130,7 @@ impl Application {
             self.config.credential_cache_ttl,
         ));
         let layers = ServiceBuilder::new()
+            .layer(TraceLayer)
             .layer(AuthLayer::new(directory.clone()))
             .layer(TenantBindLayer::new(directory))
             .layer(RateLimitLayer::new(self.config.rate_limit))

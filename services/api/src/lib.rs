@@ -8,6 +8,7 @@ pub mod fanout;
 pub mod layers;
 pub mod services;
 pub mod suppression;
+pub mod trace_context;
 
 pub use application::{ApiConfig, Application};
 pub use layers::{rate_limit::RateLimit, timeout::Timeouts};

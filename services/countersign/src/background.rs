@@ -17,7 +17,7 @@ use tokio::{
         broadcast::error::{RecvError, TryRecvError},
         watch,
     },
-    task::JoinHandle,
+    task::JoinSet,
 };
 
 use crate::{
@@ -29,7 +29,8 @@ pub enum Background {
     Embedded(Option<Reviewers>),
     Production {
         stop: watch::Sender<bool>,
-        task: JoinHandle<()>,
+        /// One task; a set so that dropping it (the grace period over) aborts it.
+        task: JoinSet<()>,
     },
 }
 
@@ -43,7 +44,8 @@ impl Background {
             })),
             Backends::Production(production) => {
                 let (stop, stopped) = watch::channel(false);
-                let task = tokio::spawn(run(production, workers, config, stopped));
+                let mut task = JoinSet::new();
+                task.spawn(run(production, workers, config, stopped));
                 Background::Production { stop, task }
             }
         }
@@ -54,10 +56,12 @@ impl Background {
         match self {
             Background::Embedded(Some(reviewers)) => reviewers.shutdown().await,
             Background::Embedded(None) => {}
-            Background::Production { stop, task } => {
+            Background::Production { stop, mut task } => {
                 let _ = stop.send(true);
-                if let Err(error) = task.await {
-                    tracing::error!(%error, "background tasks failed");
+                while let Some(joined) = task.join_next().await {
+                    if let Err(error) = joined {
+                        tracing::error!(%error, "background tasks failed");
+                    }
                 }
             }
         }

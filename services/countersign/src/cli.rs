@@ -8,6 +8,7 @@ use crate::{
     admin::AdminCommand,
     client::{ClientArgs, ClientCommand},
     settings::StoreArgs,
+    telemetry::LogFormat,
 };
 
 #[derive(Debug, Parser)]
@@ -132,6 +133,16 @@ impl Command {
     }
 }
 
+impl Cli {
+    /// How log lines are written (`serve` has the flag; other commands write text).
+    pub fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Command::Serve(args) => args.log_format,
+            _ => LogFormat::Text,
+        }
+    }
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -197,6 +208,14 @@ pub struct ServeArgs {
     pub checkpoint_every: Duration,
     #[command(flatten)]
     pub signing: crate::signing::SigningArgs,
+    /// How log lines are written on stderr: `text` or `json` (one object per line).
+    #[arg(long, env = "COUNTERSIGN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// After SIGTERM/SIGINT: how long in-flight calls and reviews may take to
+    /// finish; then the process exits anyway (unfinished reviews keep their
+    /// lease, which expires and is reclaimed).
+    #[arg(long, env = "COUNTERSIGN_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -1,5 +1,7 @@
 //! `countersign serve`: migrate, bootstrap on first start, run the API and/or
-//! the reviewers until SIGINT or SIGTERM.
+//! the reviewers until SIGINT or SIGTERM, then drain within the grace period:
+//! health NOT_SERVING, no new connections, streams and waits ended with
+//! UNAVAILABLE, in-flight calls and reviews finished (or abandoned at the cap).
 
 use countersign_api::{
     ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig,
@@ -27,7 +29,19 @@ fn reviewer_config(args: &ServeArgs) -> ReviewerConfig {
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let shutdown = shutdown_signal()?;
+    let signal = shutdown_signal()?;
+    let (signalled, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        signal.await;
+        let _ = signalled.send(true);
+    });
+    // Resolves once a signal has arrived (any number of times).
+    let stopping = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        }
+    };
     let backends = args.backends.open(&args.store).await?;
     let store = backends.store();
     let peers = backends.peers();
@@ -42,45 +56,71 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     let background = Background::start(backends, args.role, reviewer_config(&args));
-    if args.role == Role::Worker {
-        shutdown.await;
-    } else {
-        let config = ApiConfig {
-            listen: args.listen,
-            rate_limit: RateLimit {
-                per_second: args.rate_limit_per_second,
-                burst: args.rate_limit_burst,
-            },
-            timeouts: Timeouts {
-                default: args.request_timeout,
-                ..Timeouts::default()
-            },
-            credential_cache_ttl: args.credential_cache_ttl,
-            watch: WatchConfig {
-                heartbeat: args.watch_heartbeat,
-                buffer: args.watch_buffer,
-                retention: args.event_retention,
-                ..WatchConfig::default()
-            },
-            suppression: SuppressionConfig {
-                capacity: args.suppression_capacity,
-                ttl: args.suppression_ttl,
-                ..SuppressionConfig::default()
-            },
-            signing_key: Some(args.signing.load(&args.store.data_dir)?),
-            checkpoint_every: args.checkpoint_every,
-        };
-        let mut app = Application::build(config, store).await?;
+    let api = async {
+        if args.role == Role::Worker {
+            return Ok(());
+        }
+        let mut app = Application::build(api_config(&args)?, store).await?;
         if let Some(peers) = peers {
             app = app.with_peers(peers);
         }
         // Scripts and tests read the bound address from this line.
         println!("countersign listening on {}", app.local_addr());
-        app.run_until_stopped(shutdown).await?;
+        app.run_until_stopped(stopping()).await?;
+        anyhow::Ok(())
+    };
+    // Reviewers stop fetching at once; each finishes (records and acks) the
+    // batch it holds.
+    let reviews = async {
+        stopping().await;
+        background.shutdown().await;
+        anyhow::Ok(())
+    };
+    let drained = async { tokio::try_join!(api, reviews).map(|_| ()) };
+    let hard_cap = async {
+        stopping().await;
+        tokio::time::sleep(args.shutdown_grace).await;
+    };
+    tokio::select! {
+        result = drained => result?,
+        // Dropping the rest aborts it: a review cut short never commits half
+        // (its transaction rolls back) and keeps its lease, which expires and
+        // is reclaimed.
+        () = hard_cap => tracing::warn!(
+            grace = %humantime::format_duration(args.shutdown_grace),
+            "shutdown grace period over: exiting with calls or reviews unfinished"
+        ),
     }
-    background.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn api_config(args: &ServeArgs) -> anyhow::Result<ApiConfig> {
+    Ok(ApiConfig {
+        listen: args.listen,
+        rate_limit: RateLimit {
+            per_second: args.rate_limit_per_second,
+            burst: args.rate_limit_burst,
+        },
+        timeouts: Timeouts {
+            default: args.request_timeout,
+            ..Timeouts::default()
+        },
+        credential_cache_ttl: args.credential_cache_ttl,
+        watch: WatchConfig {
+            heartbeat: args.watch_heartbeat,
+            buffer: args.watch_buffer,
+            retention: args.event_retention,
+            ..WatchConfig::default()
+        },
+        suppression: SuppressionConfig {
+            capacity: args.suppression_capacity,
+            ttl: args.suppression_ttl,
+            ..SuppressionConfig::default()
+        },
+        signing_key: Some(args.signing.load(&args.store.data_dir)?),
+        checkpoint_every: args.checkpoint_every,
+    })
 }
 
 /// Installs the SIGINT and SIGTERM handlers now (so a signal that arrives

@@ -74,6 +74,11 @@ pub async fn run(conn: &ClientArgs, args: WatchArgs) -> anyhow::Result<()> {
             }
             Err(status) => Some(status),
         };
+        // The server names the cursor to resume from (it may be past the last
+        // event this stream showed, when later ones did not match the filter).
+        if let Some(hint) = ended.as_ref().and_then(|s| resume_hint(s.message())) {
+            after = Some(after.map_or(hint, |seen| seen.max(hint)));
+        }
         match ended {
             Some(status) if !resumable(status.code()) => return Err(status.into()),
             Some(status) => eprintln!(
@@ -89,6 +94,13 @@ pub async fn run(conn: &ClientArgs, args: WatchArgs) -> anyhow::Result<()> {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// The cursor in a server's "…; resume from cursor N" (shutdown, fallen behind).
+fn resume_hint(message: &str) -> Option<u64> {
+    let (_, rest) = message.rsplit_once("resume from cursor ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 fn print_notification(json: bool, n: &Notification) {
@@ -122,4 +134,23 @@ fn print_notification(json: bool, n: &Notification) {
         line.push_str(&format!("  missing: {}", d.missing_gates.join(", ")));
     }
     println!("{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resume_hint;
+
+    #[test]
+    fn the_resume_hint_is_read_from_the_servers_message() {
+        assert_eq!(
+            resume_hint("server shutting down; resume from cursor 42"),
+            Some(42)
+        );
+        assert_eq!(
+            resume_hint("watcher fell behind: resume from cursor 7"),
+            Some(7)
+        );
+        assert_eq!(resume_hint("tenant store unavailable"), None);
+        assert_eq!(resume_hint("resume from cursor x"), None);
+    }
 }

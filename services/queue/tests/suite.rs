@@ -299,6 +299,7 @@ async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
             tenant: "a".into(),
             spec,
             submitted_by: "t".into(),
+            trace_parent: None,
         })
         .await
         .unwrap();

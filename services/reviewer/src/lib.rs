@@ -7,6 +7,7 @@ mod config;
 mod janitor;
 mod outbox;
 mod sequencer;
+mod trace_context;
 mod worker;
 
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use countersign_queue::{DynQueue, Lease};
 use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome, ReviewKey};
 use tokio::sync::{broadcast, watch};
 
-use crate::ReviewerConfig;
+use crate::{ReviewerConfig, trace_context};
 
 pub struct Worker {
     pub id: String,
@@ -118,6 +118,8 @@ impl Worker {
     #[tracing::instrument(name = "reviewer.review_batch", skip_all, fields(worker = %self.id, n = leases.len()))]
     async fn process(&self, leases: Vec<Lease>) {
         let mut steps: Vec<Option<Step>> = vec![None; leases.len()];
+        // One `reviewer.review` span per proposal begun, in its caller's trace.
+        let mut spans: Vec<Option<tracing::Span>> = vec![None; leases.len()];
         // (index, decision, step once recorded)
         let mut decided: Vec<(usize, Decision, Step)> = Vec::new();
 
@@ -156,10 +158,18 @@ impl Worker {
                         BeginReview::Reviewing {
                             proposal,
                             started_at,
-                        } => open.push((i, proposal, started_at)),
+                            trace_parent,
+                        } => {
+                            spans[i] = Some(trace_context::review_span(
+                                &leases[i].tenant,
+                                &leases[i].proposal_id,
+                                trace_parent.as_deref(),
+                            ));
+                            open.push((i, proposal, started_at));
+                        }
                     }
                 }
-                for (i, result) in self.review_all(open).await {
+                for (i, result) in self.review_all(open, &spans).await {
                     match result {
                         Ok(decision) => decided.push((i, decision, Step::Done)),
                         Err(step) => steps[i] = Some(step),
@@ -186,6 +196,9 @@ impl Worker {
                     for ((i, decision, on_success), outcome) in decided.into_iter().zip(outcomes) {
                         steps[i] = Some(match outcome {
                             RecordOutcome::Recorded => {
+                                if let Some(span) = &spans[i] {
+                                    span.record("outcome", decision.outcome.as_str());
+                                }
                                 metrics::counter!("countersign_reviews_total", "outcome" => decision.outcome.as_str())
                                     .increment(1);
                                 on_success
@@ -207,7 +220,11 @@ impl Worker {
 
     /// Gathers the facts of a batch (one snapshot) and runs the gates on each.
     /// `Err` is what to do with a lease instead of recording a decision.
-    async fn review_all(&self, open: Vec<(usize, Box<Proposal>, Millis)>) -> Reviewed {
+    async fn review_all(
+        &self,
+        open: Vec<(usize, Box<Proposal>, Millis)>,
+        spans: &[Option<tracing::Span>],
+    ) -> Reviewed {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let past = |started_at: Millis| now_ms() >= started_at + deadline_ms as Millis;
         // A review already past its deadline needs no facts.
@@ -237,7 +254,10 @@ impl Worker {
                     format!("facts unavailable: {error}"),
                     self.config.retry_delay,
                 )),
-                Ok(facts) => self.decide(&proposal, &facts, started_at),
+                Ok(facts) => match &spans[i] {
+                    Some(span) => span.in_scope(|| self.decide(&proposal, &facts, started_at)),
+                    None => self.decide(&proposal, &facts, started_at),
+                },
             };
             out.push((i, result));
         }

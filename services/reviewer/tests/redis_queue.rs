@@ -64,6 +64,7 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
             tenant: "acme".into(),
             spec: spec(target),
             submitted_by: "tester".into(),
+            trace_parent: None,
         })
         .await
         .unwrap();

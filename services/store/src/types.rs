@@ -42,6 +42,9 @@ pub struct NewProposal {
     pub tenant: String,
     pub spec: ProposalSpec,
     pub submitted_by: String,
+    /// The W3C `traceparent` of the submitting call, kept with the proposal so
+    /// the review continues its trace (None: no trace).
+    pub trace_parent: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +126,8 @@ pub enum BeginReview {
     Reviewing {
         proposal: Box<Proposal>,
         started_at: Millis,
+        /// The submitting call's W3C `traceparent`, if it had one.
+        trace_parent: Option<String>,
     },
     /// Already terminal: nothing to review.
     Terminal(countersign_domain::ProposalState),

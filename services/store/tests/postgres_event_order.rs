@@ -30,6 +30,7 @@ fn new_proposal(tenant: &str) -> NewProposal {
             idempotency_key: String::new(),
         },
         submitted_by: "tester".into(),
+        trace_parent: None,
     }
 }
 

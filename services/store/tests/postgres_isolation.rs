@@ -91,6 +91,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             tenant: tenant.into(),
             spec: spec(),
             submitted_by: "tester".into(),
+            trace_parent: None,
         })
         .await
         .unwrap()

@@ -33,6 +33,7 @@ async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
             tenant: tenant.into(),
             spec: spec(target),
             submitted_by: "tester".into(),
+            trace_parent: None,
         })
         .await
         .unwrap()

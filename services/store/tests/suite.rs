@@ -32,6 +32,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         tenant: tenant.into(),
         spec: spec(key),
         submitted_by: "tester".into(),
+        trace_parent: None,
     }
 }
 
@@ -993,6 +994,38 @@ pub async fn subscribers_hear_of_each_change_after_it_commits(store: DynStore) {
     );
 }
 
+/// The submitting call's `traceparent` is kept with the proposal and handed to
+/// the reviewer when the review begins, and again when it is redelivered.
+pub async fn a_proposals_trace_parent_comes_back_when_its_review_begins(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = new_proposal("a", "traced");
+    traced.trace_parent = Some(traceparent.into());
+    let traced = store.insert_proposal(traced).await.unwrap();
+    let untraced = store
+        .insert_proposal(new_proposal("a", "untraced"))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let countersign_store::BeginReview::Reviewing { trace_parent, .. } = store
+            .begin_review("a", &traced.proposal().id, "w")
+            .await
+            .unwrap()
+        else {
+            panic!("reviewable")
+        };
+        assert_eq!(trace_parent.as_deref(), Some(traceparent));
+    }
+    let countersign_store::BeginReview::Reviewing { trace_parent, .. } = store
+        .begin_review("a", &untraced.proposal().id, "w")
+        .await
+        .unwrap()
+    else {
+        panic!("reviewable")
+    };
+    assert_eq!(trace_parent, None);
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -1045,6 +1078,7 @@ macro_rules! every_store_test {
             a_result_after_a_cancel_is_discarded_not_applied,
             racing_results_and_a_cancel_leave_exactly_one_terminal_state,
             a_redelivered_review_keeps_its_first_start_time,
+            a_proposals_trace_parent_comes_back_when_its_review_begins,
             batches_of_reviews_and_decisions_may_span_tenants,
             overdue_reviews_are_found_in_every_tenant,
             suppressed_retries_are_counted_and_logged,

@@ -1,5 +1,5 @@
 //! The tower stack every RPC passes through, outermost first:
-//! `auth → tenant_bind → rate_limit → timeout → metrics → service`.
+//! `trace → auth → tenant_bind → rate_limit → timeout → metrics → service`.
 //! Health and reflection are public: the layers let them through untouched.
 
 pub mod auth;
@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod tenant_bind;
 pub mod timeout;
+pub mod trace;
 
 use std::{future::Future, pin::Pin};
 
@@ -17,6 +18,7 @@ pub use metrics::MetricsLayer;
 pub use rate_limit::RateLimitLayer;
 pub use tenant_bind::TenantBindLayer;
 pub use timeout::TimeoutLayer;
+pub use trace::TraceLayer;
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 

@@ -12,7 +12,6 @@ use tonic::Status;
 use tower::{Layer, Service};
 
 use crate::directory::Directory;
-use tracing::Instrument;
 
 use super::{BoxFuture, auth::UNAUTHENTICATED, is_public, reply, take_ready};
 
@@ -78,14 +77,12 @@ where
                     return Ok(reply(Status::unavailable("tenant store unavailable")));
                 }
             };
-            let span = tracing::info_span!(
-                "api.request",
-                rpc = req.uri().path(),
-                tenant = %tenant.name,
-                principal = %principal.name,
-            );
+            // On the RPC's span (the trace layer's).
+            let span = tracing::Span::current();
+            span.record("tenant", tenant.name.as_str());
+            span.record("principal", principal.name.as_str());
             req.extensions_mut().insert(tenant);
-            inner.call(req).instrument(span).await
+            inner.call(req).await
         })
     }
 }

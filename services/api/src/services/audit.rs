@@ -126,7 +126,6 @@ pub async fn checkpoint_periodically(
 
 #[tonic::async_trait]
 impl AuditService for AuditApi {
-    #[tracing::instrument(name = "api.audit.list_decisions", skip_all)]
     async fn list_decisions(
         &self,
         request: Request<ListDecisionsRequest>,
@@ -152,7 +151,6 @@ impl AuditService for AuditApi {
         }))
     }
 
-    #[tracing::instrument(name = "api.audit.get_decision", skip_all)]
     async fn get_decision(
         &self,
         request: Request<GetDecisionRequest>,
@@ -171,7 +169,6 @@ impl AuditService for AuditApi {
         Ok(Response::new(entry_to_proto(&entry)))
     }
 
-    #[tracing::instrument(name = "api.audit.verify_log", skip_all)]
     async fn verify_log(
         &self,
         request: Request<VerifyLogRequest>,
@@ -210,7 +207,6 @@ impl AuditService for AuditApi {
         Ok(Response::new(verification_to_proto(&verification)))
     }
 
-    #[tracing::instrument(name = "api.audit.get_checkpoint", skip_all)]
     async fn get_checkpoint(
         &self,
         request: Request<GetCheckpointRequest>,

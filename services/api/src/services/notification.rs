@@ -51,7 +51,6 @@ pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Notification, Status>> +
 impl NotificationService for NotificationApi {
     type WatchStream = WatchStream;
 
-    #[tracing::instrument(name = "api.notification.watch", skip_all)]
     async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
         let caller = Caller::authorize(&request, Permission::Watch)?;
         let request = request.into_inner();
@@ -171,7 +170,7 @@ impl Watcher {
             tokio::select! {
                 _ = closing.closed() => {
                     return Some(Status::unavailable(format!(
-                        "server shutting down: resume from cursor {}",
+                        "server shutting down; resume from cursor {}",
                         self.position
                     )));
                 }

@@ -20,6 +20,7 @@ use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
     suppression::{Entry, Refusal, Suppression},
+    trace_context,
 };
 
 pub const MAX_CANCEL_REASON: usize = 4 * 1024;
@@ -60,7 +61,6 @@ fn not_found(id: &str) -> Status {
 
 #[tonic::async_trait]
 impl ProposalService for ProposalApi {
-    #[tracing::instrument(name = "api.proposal.submit", skip_all)]
     async fn submit(
         &self,
         request: Request<SubmitRequest>,
@@ -105,11 +105,14 @@ impl ProposalService for ProposalApi {
                 tenant: caller.tenant.name.clone(),
                 spec,
                 submitted_by: caller.principal.name.clone(),
+                // The review continues this call's trace.
+                trace_parent: trace_context::current_traceparent(),
             })
             .await
             .map_err(|e| to_status(&e))?;
         let deduplicated = matches!(outcome, SubmitOutcome::Deduplicated(_));
         let proposal = outcome.proposal();
+        tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         Ok(Response::new(SubmitResponse {
             proposal: Some(proposal_to_proto(proposal, caller.principal.agent)),
@@ -118,7 +121,6 @@ impl ProposalService for ProposalApi {
         }))
     }
 
-    #[tracing::instrument(name = "api.proposal.get", skip_all)]
     async fn get_proposal(
         &self,
         request: Request<GetProposalRequest>,
@@ -126,6 +128,7 @@ impl ProposalService for ProposalApi {
         let caller = Caller::authorize(&request, Permission::ReadProposal)?;
         let id = request.into_inner().id;
         require_id("id", &id)?;
+        tracing::Span::current().record("proposal_id", id.as_str());
         let proposal = self
             .store
             .get_proposal(&caller.tenant.name, &id)
@@ -138,7 +141,6 @@ impl ProposalService for ProposalApi {
         )))
     }
 
-    #[tracing::instrument(name = "api.proposal.cancel", skip_all)]
     async fn cancel_proposal(
         &self,
         request: Request<CancelProposalRequest>,
@@ -146,6 +148,7 @@ impl ProposalService for ProposalApi {
         let caller = Caller::authorize(&request, Permission::CancelProposal)?;
         let CancelProposalRequest { id, reason } = request.into_inner();
         require_id("id", &id)?;
+        tracing::Span::current().record("proposal_id", id.as_str());
         if reason.len() > MAX_CANCEL_REASON {
             return Err(Status::invalid_argument(format!(
                 "reason: must be at most {MAX_CANCEL_REASON} bytes"
@@ -166,7 +169,6 @@ impl ProposalService for ProposalApi {
         )))
     }
 
-    #[tracing::instrument(name = "api.proposal.await", skip_all)]
     async fn await_decision(
         &self,
         request: Request<AwaitDecisionRequest>,
@@ -174,6 +176,8 @@ impl ProposalService for ProposalApi {
         let caller = Caller::authorize(&request, Permission::ReadProposal)?;
         let id = request.into_inner().id;
         require_id("id", &id)?;
+        tracing::Span::current().record("proposal_id", id.as_str());
+        let mut closing = self.fanout.closing();
         // Register before the first read, so a decision in between is not missed.
         let mut ended = self.fanout.await_end(&caller.tenant.name, &id);
         loop {
@@ -202,6 +206,13 @@ impl ProposalService for ProposalApi {
                     None => ended = self.fanout.await_end(&caller.tenant.name, &id),
                 },
                 _ = tokio::time::sleep(AWAIT_POLL) => {}
+                // A wait must not hold the server's drain open: the caller
+                // awaits again (on another replica, or after the restart).
+                _ = closing.closed() => {
+                    return Err(Status::unavailable(format!(
+                        "server shutting down; await proposal `{id}` again"
+                    )));
+                }
             }
         }
     }

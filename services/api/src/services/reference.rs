@@ -46,7 +46,6 @@ fn sop_not_found(id: &str) -> Status {
 
 #[tonic::async_trait]
 impl SopService for SopApi {
-    #[tracing::instrument(name = "api.sop.put", skip_all)]
     async fn put_sop(&self, request: Request<PutSopRequest>) -> Result<Response<Sop>, Status> {
         let caller = Caller::authorize(&request, Permission::WriteReference)?;
         let wire = request
@@ -98,7 +97,6 @@ impl SopService for SopApi {
         }))
     }
 
-    #[tracing::instrument(name = "api.sop.retire", skip_all)]
     async fn retire_sop(
         &self,
         request: Request<RetireSopRequest>,
@@ -133,7 +131,6 @@ impl TargetApi {
 
 #[tonic::async_trait]
 impl TargetService for TargetApi {
-    #[tracing::instrument(name = "api.target.put", skip_all)]
     async fn put_target(
         &self,
         request: Request<PutTargetRequest>,

@@ -21,7 +21,7 @@ fn corrupt(what: String) -> StoreError {
 /// Appends up to `limit` decisions not yet in their tenant's log, in commit
 /// order, in one transaction; returns how many. Sequencers take turns on the
 /// progress row.
-#[tracing::instrument(name = "store.postgres.append_audit", skip(pool))]
+#[tracing::instrument(name = "store.postgres.append_audit", level = "debug", skip(pool))]
 pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
     // Reading every tenant's new decisions is a system-scope read; each
     // tenant's entries are then written in that tenant's scope.

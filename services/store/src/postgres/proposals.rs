@@ -56,8 +56,9 @@ pub async fn insert(
     let now = now_ms();
     let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12)
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
+             trace_parent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13)
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&id)
@@ -72,6 +73,7 @@ pub async fn insert(
     .bind(&key)
     .bind(&new.submitted_by)
     .bind(now)
+    .bind(&new.trace_parent)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
@@ -110,7 +112,12 @@ pub async fn insert(
     Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
 
-#[tracing::instrument(name = "store.postgres.insert_proposal", skip_all, fields(tenant = %new.tenant))]
+#[tracing::instrument(
+    name = "store.postgres.insert_proposal",
+    level = "debug",
+    skip_all,
+    fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
+)]
 pub async fn insert_one(
     pool: &PgPool,
     new: NewProposal,
@@ -118,6 +125,7 @@ pub async fn insert_one(
     let mut tx = scope::tenant_appending(pool, &new.tenant).await?;
     let inserted = insert(&mut tx, new).await?;
     tx.commit().await?;
+    tracing::Span::current().record("proposal_id", inserted.0.proposal().id.as_str());
     Ok(inserted)
 }
 

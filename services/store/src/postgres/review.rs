@@ -71,14 +71,16 @@ async fn resume_in(
     id: &str,
     now: Millis,
 ) -> Result<BeginReview> {
-    let row: Option<(String, Option<Millis>)> = sqlx::query_as(
-        "SELECT state, review_started_at FROM proposals WHERE tenant = $1 AND id = $2",
+    let row: Option<(String, Option<Millis>, Option<String>)> = sqlx::query_as(
+        "SELECT state, review_started_at, trace_parent FROM proposals
+         WHERE tenant = $1 AND id = $2",
     )
     .bind(tenant)
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
-    let (state, started) = row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    let (state, started, trace_parent) =
+        row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
     let state: ProposalState = state
         .parse()
         .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
@@ -91,11 +93,12 @@ async fn resume_in(
     Ok(BeginReview::Reviewing {
         proposal: Box::new(proposal),
         started_at: started.unwrap_or(now),
+        trace_parent,
     })
 }
 
 /// Starts the reviews of `items` in one transaction; answers in order.
-#[tracing::instrument(name = "store.postgres.begin_reviews", skip_all, fields(n = items.len()))]
+#[tracing::instrument(name = "store.postgres.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn begin_many(
     pool: &PgPool,
     items: &[ReviewKey],
@@ -122,16 +125,18 @@ pub async fn begin_many(
         let mut started = HashMap::with_capacity(rows.len());
         for row in &rows {
             let proposal = proposals::from_row(row)?;
-            started.insert(proposal.id.clone(), proposal);
+            let trace_parent: Option<String> = row.try_get("trace_parent")?;
+            started.insert(proposal.id.clone(), (proposal, trace_parent));
         }
         for &i in &indices {
             let id = &items[i].id;
             out[i] = Some(match started.remove(id) {
-                Some(proposal) => {
+                Some((proposal, trace_parent)) => {
                     began[i] = true;
                     BeginReview::Reviewing {
                         proposal: Box::new(proposal),
                         started_at: now,
+                        trace_parent,
                     }
                 }
                 None => resume_in(&mut tx, &tenant, id, now).await?,
@@ -287,7 +292,7 @@ fn stale_because(
 /// dropped); approvals are re-checked against the SOP and target as they are
 /// now. The proposals are row-locked, so a concurrent decision or cancel of
 /// the same proposal is seen, never overwritten.
-#[tracing::instrument(name = "store.postgres.insert_decision", skip_all, fields(n = items.len()))]
+#[tracing::instrument(name = "store.postgres.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn record_many(
     pool: &PgPool,
     items: Vec<(ReviewKey, Decision)>,

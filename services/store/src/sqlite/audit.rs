@@ -21,7 +21,7 @@ fn corrupt(what: String) -> StoreError {
 
 /// Appends up to `limit` decisions that are not in their tenant's log yet, in
 /// the order they committed, in one transaction; returns how many.
-#[tracing::instrument(name = "store.sqlite.append_audit", skip(writer))]
+#[tracing::instrument(name = "store.sqlite.append_audit", level = "debug", skip(writer))]
 pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
     let mut tx = writer.begin().await?;
     let through: i64 = sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1")

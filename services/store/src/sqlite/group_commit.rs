@@ -53,7 +53,7 @@ async fn run(writer: SqlitePool, mut rx: mpsc::Receiver<(NewProposal, Reply)>) {
     }
 }
 
-#[tracing::instrument(name = "store.sqlite.insert_proposals", skip_all, fields(n = group.len()))]
+#[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
 async fn commit(writer: &SqlitePool, group: Vec<(NewProposal, Reply)>) {
     let mut tx = match writer.begin().await {
         Ok(tx) => tx,

@@ -137,9 +137,16 @@ impl Store for SqliteStore {
         keys::revoke(&self.writer, id).await
     }
 
+    #[tracing::instrument(
+        name = "store.sqlite.insert_proposal",
+        level = "debug",
+        skip_all,
+        fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
+    )]
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
         let (outcome, event) = self.submitter.submit(new).await?;
         self.publish(event);
+        tracing::Span::current().record("proposal_id", outcome.proposal().id.as_str());
         Ok(outcome)
     }
 

@@ -59,8 +59,9 @@ pub async fn insert(
     let now = now_ms();
     let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
+             trace_parent)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&id)
@@ -76,6 +77,7 @@ pub async fn insert(
     .bind(&new.submitted_by)
     .bind(now)
     .bind(now)
+    .bind(&new.trace_parent)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {

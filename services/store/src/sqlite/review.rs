@@ -94,14 +94,21 @@ async fn resume_in(
     let proposal = proposals::fetch(conn, tenant, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    let trace_parent: Option<String> =
+        sqlx::query_scalar("SELECT trace_parent FROM proposals WHERE tenant = ? AND id = ?")
+            .bind(tenant)
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
     Ok(BeginReview::Reviewing {
         proposal: Box::new(proposal),
         started_at: started.unwrap_or(now),
+        trace_parent,
     })
 }
 
 /// Starts the reviews of `items` in one transaction; answers in order.
-#[tracing::instrument(name = "store.sqlite.begin_reviews", skip_all, fields(n = items.len()))]
+#[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn begin_many(
     pool: &SqlitePool,
     items: &[ReviewKey],
@@ -128,13 +135,17 @@ pub async fn begin_many(
     let mut started = std::collections::HashMap::new();
     for row in &rows {
         let proposal = proposals::from_row(row)?;
-        started.insert((proposal.tenant.clone(), proposal.id.clone()), proposal);
+        let trace_parent: Option<String> = row.try_get("trace_parent")?;
+        started.insert(
+            (proposal.tenant.clone(), proposal.id.clone()),
+            (proposal, trace_parent),
+        );
     }
     let mut events = Vec::new();
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         match started.remove(&(item.tenant.clone(), item.id.clone())) {
-            Some(proposal) => {
+            Some((proposal, trace_parent)) => {
                 events.push(events::signal(
                     &item.tenant,
                     &item.id,
@@ -143,6 +154,7 @@ pub async fn begin_many(
                 out.push(BeginReview::Reviewing {
                     proposal: Box::new(proposal),
                     started_at: now,
+                    trace_parent,
                 });
             }
             None => out.push(resume_in(&mut tx, &item.tenant, &item.id, now).await?),
@@ -336,7 +348,7 @@ fn stale_because(
 /// whatever the batch size; answers in order. Each proposal must still be open
 /// (else the late result is logged and dropped); approvals are re-checked
 /// against the SOP and target as they are now.
-#[tracing::instrument(name = "store.sqlite.insert_decisions", skip_all, fields(n = items.len()))]
+#[tracing::instrument(name = "store.sqlite.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn record_many(
     pool: &SqlitePool,
     items: Vec<(ReviewKey, Decision)>,
