@@ -5,9 +5,11 @@ mod application;
 pub mod context;
 pub mod directory;
 pub mod fanout;
+mod health_only;
 pub mod layers;
 pub mod services;
 pub mod suppression;
 
 pub use application::{ApiConfig, Application};
+pub use health_only::HealthOnly;
 pub use layers::{rate_limit::RateLimit, timeout::Timeouts};

@@ -21,6 +21,7 @@ fn spawn(data_dir: &Path, reviewers: Option<usize>) -> anyhow::Result<(Child, St
     let mut command = Command::new(std::env::current_exe()?);
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args([
             "--rate-limit-per-second",
             "1000000",

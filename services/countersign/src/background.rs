@@ -13,11 +13,16 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     backends::{Backends, Production},
-    cli::Role,
+    config::Role,
+    queue_gauges,
 };
 
 pub enum Background {
-    Embedded(Option<Reviewers>),
+    Embedded {
+        reviewers: Option<Reviewers>,
+        stop: watch::Sender<bool>,
+        gauges: JoinHandle<()>,
+    },
     Production {
         stop: watch::Sender<bool>,
         task: JoinHandle<()>,
@@ -28,10 +33,19 @@ impl Background {
     pub fn start(backends: Backends, role: Role, config: ReviewerConfig) -> Background {
         let workers = role != Role::Api;
         match backends {
-            Backends::Embedded { store, queue } => Background::Embedded(workers.then(|| {
-                tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
-                Reviewers::start(store, queue, config)
-            })),
+            Backends::Embedded { store, queue } => {
+                let (stop, stopped) = watch::channel(false);
+                let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stopped);
+                let reviewers = workers.then(|| {
+                    tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
+                    Reviewers::start(store, queue, config)
+                });
+                Background::Embedded {
+                    reviewers,
+                    stop,
+                    gauges,
+                }
+            }
             Backends::Production(production) => {
                 let (stop, stopped) = watch::channel(false);
                 let task = tokio::spawn(run(production, workers, config, stopped));
@@ -43,8 +57,17 @@ impl Background {
     /// Stops the reviewers (each finishes its review) and the outbox tasks.
     pub async fn shutdown(self) {
         match self {
-            Background::Embedded(Some(reviewers)) => reviewers.shutdown().await,
-            Background::Embedded(None) => {}
+            Background::Embedded {
+                reviewers,
+                stop,
+                gauges,
+            } => {
+                if let Some(reviewers) = reviewers {
+                    reviewers.shutdown().await;
+                }
+                let _ = stop.send(true);
+                let _ = gauges.await;
+            }
             Background::Production { stop, task } => {
                 let _ = stop.send(true);
                 if let Err(error) = task.await {
@@ -65,6 +88,7 @@ async fn run(
         return;
     };
     let store: DynStore = production.store.clone();
+    let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
     let publisher = Publisher {
         store: store.clone(),
         outbox: production.store.clone(),
@@ -81,4 +105,5 @@ async fn run(
         reviewers.shutdown().await;
     }
     outbox.shutdown().await;
+    let _ = gauges.await;
 }

@@ -33,7 +33,7 @@ use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
 };
 
-use crate::{Lease, Queue, Result};
+use crate::{Lease, Queue, Result, TenantDepth};
 pub use inspect::{Consumer, DeadLetter};
 use scripts::SCRIPTS;
 
@@ -226,5 +226,21 @@ impl Queue for RedisQueue {
             .call(&SCRIPTS.depth)
             .invoke_async(&mut self.conn())
             .await?)
+    }
+
+    #[tracing::instrument(name = "queue.redis.depth_by_tenant", skip(self))]
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>> {
+        let rows: Vec<(String, u64, u64)> = self
+            .call(&SCRIPTS.depth_by_tenant)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, depth, age_ms)| TenantDepth {
+                tenant,
+                depth,
+                oldest_age: Duration::from_millis(age_ms),
+            })
+            .collect())
     }
 }
