@@ -18,7 +18,6 @@ use std::path::Path;
 use anyhow::bail;
 use figment::{
     Figment, Metadata, Profile, Provider,
-    error::Kind,
     providers::{Format, Serialized, Toml},
     value::{Dict, Map, Value},
 };
@@ -205,10 +204,7 @@ fn describe(error: figment::Error) -> String {
     error
         .into_iter()
         .map(|e| {
-            let mut path = e.path.clone();
-            if let Kind::UnknownField(field, _) = &e.kind {
-                path.push(field.clone());
-            }
+            let path = &e.path;
             let from = e
                 .metadata
                 .as_ref()
