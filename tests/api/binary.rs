@@ -40,6 +40,7 @@ pub fn serve_with(dir: &Path, extra: &[&str]) -> Server {
         .current_dir(dir)
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env_remove("COUNTERSIGN_DATA_DIR")
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -393,9 +394,10 @@ fn an_api_process_and_a_worker_process_share_the_embedded_database() {
     let id = pending["id"].as_str().unwrap().to_owned();
 
     let mut worker = Command::new(BIN)
-        .args(["serve", "--role", "worker"])
+        .args(["serve", "--role", "worker", "--listen", "127.0.0.1:0"])
         .current_dir(dir.path())
         .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

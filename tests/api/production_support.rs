@@ -332,6 +332,7 @@ pub fn serve_as(
         .env("COUNTERSIGN_DATABASE_POOL", "4")
         .env("COUNTERSIGN_OUTBOX_SWEEP", "300ms")
         .env("COUNTERSIGN_CREDENTIAL_CACHE_TTL", "0s")
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(log);

@@ -44,6 +44,7 @@ fn spawn(
     backends(&mut command, production);
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args([
             "--rate-limit-per-second",
             "1000000",

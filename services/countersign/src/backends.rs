@@ -6,37 +6,13 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use clap::Args;
 use countersign_queue::{
     DynQueue, EmbeddedQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions,
 };
 use countersign_reviewer::OutboxConfig;
 use countersign_store::{DynStore, PostgresStore, SqliteStore, Store};
 
-use crate::{
-    output::redact_url,
-    settings::{StoreArgs, is_postgres},
-};
-
-#[derive(Debug, Clone, Args)]
-pub struct BackendArgs {
-    /// The Redis Streams review queue (`redis://host:port/db`); needs a
-    /// `postgres://` database. Unset = the embedded queue (SQLite only).
-    #[arg(long, env = "COUNTERSIGN_REDIS_URL")]
-    pub redis_url: Option<String>,
-    /// Every Redis key starts with it (several deployments may share a Redis).
-    #[arg(long, env = "COUNTERSIGN_REDIS_PREFIX", default_value = "countersign")]
-    pub redis_prefix: String,
-    /// PostgreSQL connections this process opens at most.
-    #[arg(long, env = "COUNTERSIGN_DATABASE_POOL", default_value = "16")]
-    pub database_pool: u32,
-    /// How often the outbox publisher looks for proposals other processes committed.
-    #[arg(long, env = "COUNTERSIGN_OUTBOX_POLL", default_value = "200ms", value_parser = humantime::parse_duration)]
-    pub outbox_poll: Duration,
-    /// How often workers re-publish undecided proposals missing from Redis.
-    #[arg(long, env = "COUNTERSIGN_OUTBOX_SWEEP", default_value = "5s", value_parser = humantime::parse_duration)]
-    pub outbox_sweep: Duration,
-}
+use crate::{config::Config, output::redact_url, settings::is_postgres};
 
 /// PostgreSQL and the Redis queue it feeds (connected once Redis answers).
 pub struct Production {
@@ -74,25 +50,26 @@ impl Backends {
     }
 }
 
-impl BackendArgs {
-    pub async fn open(&self, store: &StoreArgs) -> anyhow::Result<Backends> {
-        let url = store.database_url();
+impl Backends {
+    /// Connects the store (and, on PostgreSQL, prepares the Redis queue).
+    pub async fn open(config: &Config) -> anyhow::Result<Backends> {
+        let url = config.database_url();
         if is_postgres(&url) {
-            let Some(redis_url) = self.redis_url.clone() else {
+            let Some(redis_url) = config.redis.url.clone() else {
                 anyhow::bail!(
                     "a PostgreSQL database (`{}`) needs the Redis review queue: set \
-                     COUNTERSIGN_REDIS_URL (or --redis-url); the embedded queue is SQLite-only",
+                     redis.url (COUNTERSIGN_REDIS_URL, --redis-url); the embedded queue is SQLite-only",
                     redact_url(&url)
                 );
             };
-            let pg = PostgresStore::connect_with(&url, self.database_pool)
+            let pg = PostgresStore::connect_with(&url, config.database.pool)
                 .await
                 .context("opening the database")?;
             // An outdated schema is said here: the service role cannot migrate.
             pg.migrate().await.context("checking the schema")?;
             let peers = RedisPeers::new(
                 &redis_url,
-                &self.redis_prefix,
+                &config.redis.prefix,
                 RedisQueueOptions::default().response_timeout,
             )
             .context("the Redis URL")?;
@@ -101,12 +78,12 @@ impl BackendArgs {
                 peers,
                 redis_url,
                 queue_options: RedisQueueOptions {
-                    prefix: self.redis_prefix.clone(),
+                    prefix: config.redis.prefix.clone(),
                     ..RedisQueueOptions::default()
                 },
                 outbox: OutboxConfig {
-                    poll: self.outbox_poll,
-                    sweep_every: self.outbox_sweep,
+                    poll: config.outbox.poll,
+                    sweep_every: config.outbox.sweep,
                     ..OutboxConfig::default()
                 },
             }));
@@ -117,14 +94,14 @@ impl BackendArgs {
                 redact_url(&url)
             );
         }
-        if self.redis_url.is_some() {
+        if config.redis.url.is_some() {
             anyhow::bail!(
-                "COUNTERSIGN_REDIS_URL needs a postgres:// database: on SQLite the review \
-                 queue is embedded in the database (unset COUNTERSIGN_REDIS_URL)"
+                "redis.url (COUNTERSIGN_REDIS_URL) needs a postgres:// database: on SQLite \
+                 the review queue is embedded in the database (unset it)"
             );
         }
-        if store.database_url.is_none() {
-            store.ensure_data_dir()?;
+        if config.database.url.is_none() {
+            config.store_args().ensure_data_dir()?;
         }
         let sqlite = SqliteStore::connect(&url)
             .await

@@ -17,16 +17,21 @@ use tokio::{
         broadcast::error::{RecvError, TryRecvError},
         watch,
     },
-    task::JoinSet,
+    task::{JoinHandle, JoinSet},
 };
 
 use crate::{
     backends::{Backends, Production},
-    cli::Role,
+    config::Role,
+    queue_gauges,
 };
 
 pub enum Background {
-    Embedded(Option<Reviewers>),
+    Embedded {
+        reviewers: Option<Reviewers>,
+        stop: watch::Sender<bool>,
+        gauges: JoinHandle<()>,
+    },
     Production {
         stop: watch::Sender<bool>,
         /// One task; a set so that dropping it (the grace period over) aborts it.
@@ -38,10 +43,19 @@ impl Background {
     pub fn start(backends: Backends, role: Role, config: ReviewerConfig) -> Background {
         let workers = role != Role::Api;
         match backends {
-            Backends::Embedded { store, queue } => Background::Embedded(workers.then(|| {
-                tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
-                Reviewers::start(store, queue, config)
-            })),
+            Backends::Embedded { store, queue } => {
+                let (stop, stopped) = watch::channel(false);
+                let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stopped);
+                let reviewers = workers.then(|| {
+                    tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
+                    Reviewers::start(store, queue, config)
+                });
+                Background::Embedded {
+                    reviewers,
+                    stop,
+                    gauges,
+                }
+            }
             Backends::Production(production) => {
                 let (stop, stopped) = watch::channel(false);
                 let mut task = JoinSet::new();
@@ -54,8 +68,17 @@ impl Background {
     /// Stops the reviewers (each finishes its review) and the outbox tasks.
     pub async fn shutdown(self) {
         match self {
-            Background::Embedded(Some(reviewers)) => reviewers.shutdown().await,
-            Background::Embedded(None) => {}
+            Background::Embedded {
+                reviewers,
+                stop,
+                gauges,
+            } => {
+                if let Some(reviewers) = reviewers {
+                    reviewers.shutdown().await;
+                }
+                let _ = stop.send(true);
+                let _ = gauges.await;
+            }
             Background::Production { stop, mut task } => {
                 let _ = stop.send(true);
                 while let Some(joined) = task.join_next().await {
@@ -79,6 +102,7 @@ async fn run(
     };
     let store: DynStore = production.store.clone();
     let announcer = tokio::spawn(announce_events(store.clone(), production.peers.clone()));
+    let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
     let publisher = Publisher {
         store: store.clone(),
         outbox: production.store.clone(),
@@ -96,6 +120,7 @@ async fn run(
     }
     outbox.shutdown().await;
     announcer.abort();
+    let _ = gauges.await;
 }
 
 /// Tells the other processes whenever this one commits events (a submission,

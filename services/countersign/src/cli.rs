@@ -1,6 +1,6 @@
 //! The command line: `serve`, `migrate`, `admin …` and the client commands.
 
-use std::{net::SocketAddr, num::NonZeroU32, time::Duration};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -8,7 +8,6 @@ use crate::{
     admin::AdminCommand,
     client::{ClientArgs, ClientCommand},
     settings::StoreArgs,
-    telemetry::LogFormat,
 };
 
 #[derive(Debug, Parser)]
@@ -26,8 +25,13 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gRPC API.
+    /// Run the gRPC API and/or the reviewers (see README.md, Configuration).
     Serve(ServeArgs),
+    /// The server's configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Bring the database schema up to date, then exit.
     Migrate {
         #[command(flatten)]
@@ -127,118 +131,55 @@ pub enum ClientCommandWithArgs {
     },
 }
 
-impl Command {
-    pub fn is_server(&self) -> bool {
-        matches!(self, Command::Serve(_) | Command::Migrate { .. })
-    }
+pub use crate::config::{Role, ServeArgs};
+
+/// `countersign config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the configuration `serve` would run with (file and environment;
+    /// flags aside) as TOML, secrets masked.
+    Print {
+        /// A TOML configuration file.
+        #[arg(long, env = "COUNTERSIGN_CONFIG")]
+        config: Option<std::path::PathBuf>,
+    },
 }
 
-impl Cli {
-    /// How log lines are written (`serve` has the flag; other commands write text).
-    pub fn log_format(&self) -> LogFormat {
-        match &self.command {
-            Command::Serve(args) => args.log_format,
-            _ => LogFormat::Text,
-        }
-    }
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
-    #[command(flatten)]
-    pub store: StoreArgs,
-    #[command(flatten)]
-    pub backends: crate::backends::BackendArgs,
-    /// Address the gRPC API listens on (port 0 picks a free one).
-    #[arg(long, env = "COUNTERSIGN_LISTEN", default_value = "127.0.0.1:50051")]
-    pub listen: SocketAddr,
-    /// Sustained requests per second allowed per tenant.
-    #[arg(
-        long,
-        env = "COUNTERSIGN_RATE_LIMIT_PER_SECOND",
-        default_value = "5000"
-    )]
-    pub rate_limit_per_second: NonZeroU32,
-    /// Requests a tenant may burst above the sustained rate.
-    #[arg(long, env = "COUNTERSIGN_RATE_LIMIT_BURST", default_value = "10000")]
-    pub rate_limit_burst: NonZeroU32,
-    /// Deadline for ordinary calls (e.g. `30s`).
-    #[arg(long, env = "COUNTERSIGN_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub request_timeout: Duration,
-    /// How long a credential or tenant read from the database is reused; a
-    /// revoked key stops working within it (`0s` = read every call).
-    #[arg(long, env = "COUNTERSIGN_CREDENTIAL_CACHE_TTL", default_value = "1s", value_parser = humantime::parse_duration)]
-    pub credential_cache_ttl: Duration,
-    /// An idle `Watch` stream gets a heartbeat at least this often.
-    #[arg(long, env = "COUNTERSIGN_WATCH_HEARTBEAT", default_value = "15s", value_parser = humantime::parse_duration)]
-    pub watch_heartbeat: Duration,
-    /// Notifications queued for one watcher before it is cut off as too slow.
-    #[arg(long, env = "COUNTERSIGN_WATCH_BUFFER", default_value = "1024")]
-    pub watch_buffer: usize,
-    /// How long events are kept for watchers to resume from (e.g. `7d`).
-    #[arg(long, env = "COUNTERSIGN_EVENT_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
-    pub event_retention: Duration,
-    /// Rejections kept to answer identical retries at once.
-    #[arg(
-        long,
-        env = "COUNTERSIGN_SUPPRESSION_CAPACITY",
-        default_value = "10000"
-    )]
-    pub suppression_capacity: u64,
-    /// How long a rejection answers identical retries (e.g. `10m`).
-    #[arg(long, env = "COUNTERSIGN_SUPPRESSION_TTL", default_value = "10m", value_parser = humantime::parse_duration)]
-    pub suppression_ttl: Duration,
-    /// What this process runs: the API and the reviewers, or one of them.
-    #[arg(long, env = "COUNTERSIGN_ROLE", value_enum, default_value_t = Role::All)]
-    pub role: Role,
-    /// Reviewer workers in this process (default: one per core).
-    #[arg(long, env = "COUNTERSIGN_REVIEWERS")]
-    pub reviewers: Option<usize>,
-    /// From REVIEWING to decision; past it a proposal is TIMED_OUT.
-    #[arg(long, env = "COUNTERSIGN_REVIEW_DEADLINE", default_value = "60s", value_parser = humantime::parse_duration)]
-    pub review_deadline: Duration,
-    /// Review attempts before a proposal is REJECTED "review failed".
-    #[arg(long, env = "COUNTERSIGN_REVIEW_ATTEMPTS", default_value = "3")]
-    pub review_attempts: u32,
-    /// How long a worker holds a proposal before another may reclaim it.
-    #[arg(long, env = "COUNTERSIGN_REVIEW_LEASE", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub review_lease: Duration,
-    /// How often every grown decision log gets a signed checkpoint.
-    #[arg(long, env = "COUNTERSIGN_CHECKPOINT_EVERY", default_value = "10m", value_parser = humantime::parse_duration)]
-    pub checkpoint_every: Duration,
-    #[command(flatten)]
-    pub signing: crate::signing::SigningArgs,
-    /// How log lines are written on stderr: `text` or `json` (one object per line).
-    #[arg(long, env = "COUNTERSIGN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-    /// After SIGTERM/SIGINT: how long in-flight calls and reviews may take to
-    /// finish; then the process exits anyway (unfinished reviews keep their
-    /// lease, which expires and is reclaimed).
-    #[arg(long, env = "COUNTERSIGN_SHUTDOWN_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub shutdown_grace: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    /// API and reviewers.
-    All,
-    /// The gRPC API only.
-    Api,
-    /// Reviewer workers only.
-    Worker,
-}
-
+/// Runs a command; logging starts here (`serve` first reads its configuration).
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    use crate::telemetry;
     match cli.command {
-        Command::Serve(args) => crate::serve::run(args).await,
+        Command::Serve(args) => {
+            let config = crate::config::load(&args)?;
+            let telemetry = telemetry::init_server(config.log.format)?;
+            let result = crate::serve::run(config).await;
+            telemetry.shutdown().await;
+            result
+        }
+        Command::Config {
+            command: ConfigCommand::Print { config },
+        } => {
+            telemetry::init(false);
+            let config = crate::config::load_file_and_env(config.as_deref())?;
+            print!("{}", crate::config::to_masked_toml(&config)?);
+            Ok(())
+        }
         Command::Migrate { store, owner } => {
+            telemetry::init(true);
             let migrated = crate::migrate::run(&store, &owner).await?;
             println!("migrations applied to {migrated}");
             Ok(())
         }
-        Command::Admin { store, command } => crate::admin::run(&store, command).await,
-        Command::Bench(args) => countersign_bench::run(args).await.map(|_| ()),
+        Command::Admin { store, command } => {
+            telemetry::init(false);
+            crate::admin::run(&store, command).await
+        }
+        Command::Bench(args) => {
+            telemetry::init(false);
+            countersign_bench::run(args).await.map(|_| ())
+        }
         Command::Client(command) => {
+            telemetry::init(false);
             let (conn, command) = match command {
                 ClientCommandWithArgs::Submit { conn, spec } => (conn, ClientCommand::Submit(spec)),
                 ClientCommandWithArgs::Get { conn, id } => (conn, ClientCommand::Get { id }),

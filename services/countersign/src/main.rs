@@ -11,16 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let telemetry = match countersign::telemetry::init(cli.command.is_server(), cli.log_format()) {
-        Ok(telemetry) => telemetry,
-        Err(error) => {
-            eprintln!("error: {}", countersign::output::describe_error(&error));
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = run(cli).await;
-    telemetry.shutdown().await;
-    match result {
+    match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", countersign::output::describe_error(&error));

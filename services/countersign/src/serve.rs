@@ -1,34 +1,63 @@
 //! `countersign serve`: migrate, bootstrap on first start, run the API and/or
-//! the reviewers until SIGINT or SIGTERM, then drain within the grace period:
-//! health NOT_SERVING, no new connections, streams and waits ended with
-//! UNAVAILABLE, in-flight calls and reviews finished (or abandoned at the cap).
+//! the reviewers, and the metrics endpoint, until SIGINT or SIGTERM; then drain
+//! within the shutdown grace period.
 
 use countersign_api::{
-    ApiConfig, Application, RateLimit, Timeouts, fanout::WatchConfig,
+    ApiConfig, Application, HealthOnly, RateLimit, Timeouts, fanout::WatchConfig,
     suppression::SuppressionConfig,
 };
 use countersign_reviewer::ReviewerConfig;
 
 use crate::{
+    backends::Backends,
     background::Background,
-    cli::{Role, ServeArgs},
+    config::{Config, Role},
+    metrics_endpoint::{self, MetricsEndpoint},
     output::redact_url,
     settings::write_admin_key,
 };
 
-fn reviewer_config(args: &ServeArgs) -> ReviewerConfig {
+fn reviewer_config(config: &Config) -> ReviewerConfig {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "countersign".into());
     ReviewerConfig {
         name: format!("{host}-{}", std::process::id()),
-        lease: args.review_lease,
-        max_attempts: args.review_attempts,
-        review_deadline: args.review_deadline,
-        ..ReviewerConfig::with_workers(args.reviewers.unwrap_or(cores))
+        lease: config.review.lease,
+        max_attempts: config.review.attempts,
+        review_deadline: config.review.deadline,
+        ..ReviewerConfig::with_workers(config.review.workers.unwrap_or(cores))
     }
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+fn api_config(config: &Config) -> anyhow::Result<ApiConfig> {
+    Ok(ApiConfig {
+        listen: config.listen,
+        rate_limit: RateLimit {
+            per_second: config.api.rate_limit_per_second,
+            burst: config.api.rate_limit_burst,
+        },
+        timeouts: Timeouts {
+            default: config.api.request_timeout,
+            ..Timeouts::default()
+        },
+        credential_cache_ttl: config.api.credential_cache_ttl,
+        watch: WatchConfig {
+            heartbeat: config.watch.heartbeat,
+            buffer: config.watch.buffer,
+            retention: config.watch.retention,
+            ..WatchConfig::default()
+        },
+        suppression: SuppressionConfig {
+            capacity: config.suppression.capacity,
+            ttl: config.suppression.ttl,
+            ..SuppressionConfig::default()
+        },
+        signing_key: Some(config.signing_args().load(&config.data_dir)?),
+        checkpoint_every: config.audit.checkpoint_every,
+    })
+}
+
+pub async fn run(config: Config) -> anyhow::Result<()> {
     let signal = shutdown_signal()?;
     let (signalled, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -42,12 +71,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let _ = stop.wait_for(|stopped| *stopped).await;
         }
     };
-    let backends = args.backends.open(&args.store).await?;
+    // Installed first, so that start-up is counted too.
+    let recorder = metrics_endpoint::install_recorder()?;
+    let backends = Backends::open(&config).await?;
     let store = backends.store();
     let peers = backends.peers();
-    tracing::info!(database = %redact_url(&args.store.database_url()), "database ready");
+    tracing::info!(
+        database = %redact_url(&config.database_url()),
+        role = ?config.role,
+        "database ready"
+    );
     if let Some(bootstrap) = store.bootstrap().await? {
-        let path = write_admin_key(&args.store.data_dir, &bootstrap.key)?;
+        let path = write_admin_key(&config.data_dir, &bootstrap.key)?;
         tracing::info!(
             tenant = %bootstrap.tenant,
             key_id = %bootstrap.key_id,
@@ -55,17 +90,32 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "first start: created tenant and wrote its admin key"
         );
     }
-    let background = Background::start(backends, args.role, reviewer_config(&args));
+    let metrics = MetricsEndpoint::bind(config.metrics.listen, recorder).await?;
+    let metrics_addr = metrics.local_addr();
+    let background = Background::start(backends, config.role, reviewer_config(&config));
+    // Scripts and tests read the bound addresses from these two lines; a
+    // reader that has gone (closed pipe) must not stop the server.
+    let announce = |grpc: std::net::SocketAddr| {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "countersign listening on {grpc}");
+        let _ = writeln!(out, "countersign metrics on {metrics_addr}");
+        let _ = out.flush();
+        tracing::info!(addr = %metrics_addr, "metrics endpoint serving /metrics");
+    };
+    let metrics = metrics.spawn();
     let api = async {
-        if args.role == Role::Worker {
-            return Ok(());
+        if config.role == Role::Worker {
+            let health = HealthOnly::bind(config.listen).await?;
+            announce(health.local_addr());
+            health.run_until_stopped(stopping()).await?;
+            return anyhow::Ok(());
         }
-        let mut app = Application::build(api_config(&args)?, store).await?;
+        let mut app = Application::build(api_config(&config)?, store).await?;
         if let Some(peers) = peers {
             app = app.with_peers(peers);
         }
-        // Scripts and tests read the bound address from this line.
-        println!("countersign listening on {}", app.local_addr());
+        announce(app.local_addr());
         app.run_until_stopped(stopping()).await?;
         anyhow::Ok(())
     };
@@ -77,50 +127,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     };
     let drained = async { tokio::try_join!(api, reviews).map(|_| ()) };
+    let grace = config.shutdown.grace;
     let hard_cap = async {
         stopping().await;
-        tokio::time::sleep(args.shutdown_grace).await;
+        tokio::time::sleep(grace).await;
     };
-    tokio::select! {
-        result = drained => result?,
+    let result = tokio::select! {
+        result = drained => result,
         // Dropping the rest aborts it: a review cut short never commits half
         // (its transaction rolls back) and keeps its lease, which expires and
         // is reclaimed.
-        () = hard_cap => tracing::warn!(
-            grace = %humantime::format_duration(args.shutdown_grace),
-            "shutdown grace period over: exiting with calls or reviews unfinished"
-        ),
-    }
+        () = hard_cap => {
+            tracing::warn!(
+                grace = %humantime::format_duration(grace),
+                "shutdown grace period over: exiting with calls or reviews unfinished"
+            );
+            Ok(())
+        }
+    };
+    metrics.abort();
+    result?;
     tracing::info!("stopped");
     Ok(())
-}
-
-fn api_config(args: &ServeArgs) -> anyhow::Result<ApiConfig> {
-    Ok(ApiConfig {
-        listen: args.listen,
-        rate_limit: RateLimit {
-            per_second: args.rate_limit_per_second,
-            burst: args.rate_limit_burst,
-        },
-        timeouts: Timeouts {
-            default: args.request_timeout,
-            ..Timeouts::default()
-        },
-        credential_cache_ttl: args.credential_cache_ttl,
-        watch: WatchConfig {
-            heartbeat: args.watch_heartbeat,
-            buffer: args.watch_buffer,
-            retention: args.event_retention,
-            ..WatchConfig::default()
-        },
-        suppression: SuppressionConfig {
-            capacity: args.suppression_capacity,
-            ttl: args.suppression_ttl,
-            ..SuppressionConfig::default()
-        },
-        signing_key: Some(args.signing.load(&args.store.data_dir)?),
-        checkpoint_every: args.checkpoint_every,
-    })
 }
 
 /// Installs the SIGINT and SIGTERM handlers now (so a signal that arrives

@@ -1,7 +1,8 @@
 //! Logs and traces. Logs go to stderr as text or JSON lines (`RUST_LOG`
-//! overrides the level). Spans are exported over OTLP/gRPC only when the
-//! standard `OTEL_EXPORTER_OTLP_ENDPOINT` is set (service name from
-//! `OTEL_SERVICE_NAME`, default `countersign`), and flushed on shutdown.
+//! overrides the level; `serve` takes the format from `log.format`). Spans of
+//! `serve` are exported over OTLP/gRPC only when the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set (service name from `OTEL_SERVICE_NAME`,
+//! default `countersign`), and flushed on shutdown.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -11,15 +12,7 @@ use tracing_subscriber::{
     EnvFilter, Layer, layer::SubscriberExt, registry::LookupSpan, util::SubscriberInitExt,
 };
 
-/// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, with the span fields.
-    Json,
-}
+pub use crate::config::LogFormat;
 
 /// What spans reach the exporter: the service's own at `info`, and the store's
 /// hot-path spans (`debug`, so that plain logging never pays for them).
@@ -52,28 +45,35 @@ impl Telemetry {
     }
 }
 
-/// Servers log at `info`; client and admin commands only warn, so that their
-/// stdout stays clean for scripts. Only servers export spans.
-pub fn init(server: bool, format: LogFormat) -> anyhow::Result<Telemetry> {
+/// Client, admin and bench commands only warn, so that their stdout stays
+/// clean for scripts; `migrate` logs at `info`. No spans are exported.
+pub fn init(server: bool) {
     let default = if server { "info" } else { "warn" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(default))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// `serve`: logs at `info` in `format`, and spans over OTLP when configured.
+pub fn init_server(format: LogFormat) -> anyhow::Result<Telemetry> {
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
-            .with_filter(filter)
+            .with_filter(filter("info"))
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
-            .with_filter(filter)
+            .with_filter(filter("info"))
             .boxed(),
     };
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|e| !e.trim().is_empty());
     let exporting = match endpoint {
-        Some(endpoint) if server => Some((otlp_provider(&endpoint)?, endpoint)),
-        _ => None,
+        Some(endpoint) => Some((otlp_provider(&endpoint)?, endpoint)),
+        None => None,
     };
     let spans = exporting.as_ref().map(|(provider, _)| otel_layer(provider));
     let _ = tracing_subscriber::registry()
@@ -85,6 +85,10 @@ pub fn init(server: bool, format: LogFormat) -> anyhow::Result<Telemetry> {
         provider
     });
     Ok(Telemetry { provider })
+}
+
+fn filter(default: &str) -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
 }
 
 fn service_name() -> String {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rand::RngCore;
 use sqlx::SqlitePool;
 
-use crate::{Lease, Queue, Result, now_ms};
+use crate::{Lease, Queue, Result, TenantDepth, now_ms};
 
 #[derive(Debug, Clone)]
 pub struct EmbeddedQueue {
@@ -186,5 +186,23 @@ impl Queue for EmbeddedQueue {
             .fetch_one(&self.pool)
             .await?;
         Ok(n.max(0) as u64)
+    }
+
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>> {
+        let now = now_ms();
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT tenant, COUNT(*), MIN(enqueued_at) FROM queue_entries
+             WHERE dead_at IS NULL GROUP BY tenant ORDER BY tenant",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, depth, oldest)| TenantDepth {
+                tenant,
+                depth: depth.max(0) as u64,
+                oldest_age: Duration::from_millis((now - oldest).max(0) as u64),
+            })
+            .collect())
     }
 }

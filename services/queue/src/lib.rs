@@ -15,6 +15,15 @@ pub use embedded::EmbeddedQueue;
 pub use peers::{PeerMessage, PeerSignal, Peers, SharedRejection};
 pub use redis::{Consumer, DeadLetter, RedisPeers, RedisQueue, RedisQueueOptions};
 
+/// How much one tenant has waiting: entries not yet acked or dead-lettered,
+/// and how long the oldest of them has been in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantDepth {
+    pub tenant: String,
+    pub depth: u64,
+    pub oldest_age: Duration,
+}
+
 /// One entry handed to one worker until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -74,6 +83,9 @@ pub trait Queue: Send + Sync + 'static {
     async fn dead_letter(&self, lease: &Lease, reason: &str) -> Result<()>;
     /// Entries not yet acked or dead-lettered.
     async fn depth(&self) -> Result<u64>;
+    /// [`Queue::depth`] per tenant with entries, with the age of the oldest
+    /// (what the queue gauges sample).
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>>;
 }
 
 pub type DynQueue = Arc<dyn Queue>;

@@ -233,6 +233,36 @@ pub async fn concurrent_workers_never_hold_the_same_entry(queue: DynQueue) {
     assert_eq!(queue.depth().await.unwrap(), 0);
 }
 
+pub async fn depth_by_tenant_counts_each_tenants_entries_and_the_age_of_its_oldest(
+    queue: DynQueue,
+) {
+    enqueue(&*queue, "a").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    enqueue(&*queue, "a").await;
+    enqueue(&*queue, "b").await;
+    let mut depths = queue.depth_by_tenant().await.unwrap();
+    depths.sort_by(|x, y| x.tenant.cmp(&y.tenant));
+    let counts: Vec<_> = depths
+        .iter()
+        .map(|d| (d.tenant.as_str(), d.depth))
+        .collect();
+    assert_eq!(counts, [("a", 2), ("b", 1)]);
+    assert!(
+        depths[0].oldest_age >= Duration::from_millis(50),
+        "tenant a's oldest entry waited at least 50 ms: {depths:?}"
+    );
+    assert!(depths[0].oldest_age > depths[1].oldest_age, "{depths:?}");
+
+    // Leased entries still count; acked ones go, and a tenant with none is absent.
+    let leases = fetch(&*queue, "w", 10, LONG).await;
+    assert_eq!(leases.len(), 3);
+    let b: Vec<_> = leases.iter().filter(|l| l.tenant == "b").cloned().collect();
+    queue.ack_many(&b).await.unwrap();
+    let depths = queue.depth_by_tenant().await.unwrap();
+    assert_eq!(depths.len(), 1, "{depths:?}");
+    assert_eq!((depths[0].tenant.as_str(), depths[0].depth), ("a", 2));
+}
+
 macro_rules! queue_suite {
     ($backend:ident; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -267,6 +297,7 @@ both_backends!(
     enqueue_is_idempotent_per_proposal,
     depth_counts_ready_leased_and_released_entries_until_they_go,
     concurrent_workers_never_hold_the_same_entry,
+    depth_by_tenant_counts_each_tenants_entries_and_the_age_of_its_oldest,
 );
 
 /// The embedded queue is written by the store itself, in the submit transaction.

@@ -65,6 +65,19 @@ pub(crate) async fn submission(events: &mut broadcast::Receiver<countersign_stor
     }
 }
 
+/// A recorded decision's series: by outcome, by each gate that failed, and
+/// how long the review took (REVIEWING to decision).
+fn record_metrics(decision: &Decision) {
+    metrics::counter!("countersign_reviews_total", "outcome" => decision.outcome.as_str())
+        .increment(1);
+    for gate in decision.gates.iter().filter(|g| !g.passed) {
+        metrics::counter!("countersign_review_failed_gates_total", "gate" => gate.gate.clone())
+            .increment(1);
+    }
+    metrics::histogram!("countersign_review_duration_seconds")
+        .record(decision.review_latency_ms as f64 / 1000.0);
+}
+
 fn key(lease: &Lease) -> ReviewKey {
     ReviewKey {
         tenant: lease.tenant.clone(),
@@ -199,8 +212,7 @@ impl Worker {
                                 if let Some(span) = &spans[i] {
                                     span.record("outcome", decision.outcome.as_str());
                                 }
-                                metrics::counter!("countersign_reviews_total", "outcome" => decision.outcome.as_str())
-                                    .increment(1);
+                                record_metrics(&decision);
                                 on_success
                             }
                             RecordOutcome::Discarded(state) => {

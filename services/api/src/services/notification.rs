@@ -91,7 +91,9 @@ impl NotificationService for NotificationApi {
             tx,
         };
         let closing = self.fanout.closing();
+        let connected = Connected::open(&caller.tenant.name);
         tokio::spawn(async move {
+            let _connected = connected;
             let end = watcher.run(position.is_some(), closing).await;
             if let Some(status) = end {
                 let _ = end_tx.send(status).await;
@@ -102,6 +104,25 @@ impl NotificationService for NotificationApi {
             .map(Ok)
             .chain(ReceiverStream::new(end_rx).map(Err));
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// One open stream in `countersign_watchers_connected{tenant}`: up when the
+/// stream opens, down when its task ends (client gone, cut off, shutdown).
+struct Connected(String);
+
+impl Connected {
+    fn open(tenant: &str) -> Connected {
+        metrics::gauge!("countersign_watchers_connected", "tenant" => tenant.to_owned())
+            .increment(1.0);
+        Connected(tenant.to_owned())
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        metrics::gauge!("countersign_watchers_connected", "tenant" => self.0.clone())
+            .decrement(1.0);
     }
 }
 

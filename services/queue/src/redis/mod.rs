@@ -34,7 +34,7 @@ use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
 };
 
-use crate::{Lease, Queue, Result};
+use crate::{Lease, Queue, Result, TenantDepth};
 pub use inspect::{Consumer, DeadLetter};
 pub use peers::RedisPeers;
 use scripts::SCRIPTS;
@@ -228,5 +228,21 @@ impl Queue for RedisQueue {
             .call(&SCRIPTS.depth)
             .invoke_async(&mut self.conn())
             .await?)
+    }
+
+    #[tracing::instrument(name = "queue.redis.depth_by_tenant", skip(self))]
+    async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>> {
+        let rows: Vec<(String, u64, u64)> = self
+            .call(&SCRIPTS.depth_by_tenant)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, depth, age_ms)| TenantDepth {
+                tenant,
+                depth,
+                oldest_age: Duration::from_millis(age_ms),
+            })
+            .collect())
     }
 }

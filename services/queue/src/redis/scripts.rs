@@ -15,6 +15,7 @@ pub(super) struct Scripts {
     pub reclaim: Script,
     pub forget_consumers: Script,
     pub depth: Script,
+    pub depth_by_tenant: Script,
 }
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -33,4 +34,5 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reclaim: script(include_str!("lua/reclaim.lua")),
     forget_consumers: script(include_str!("lua/forget_consumers.lua")),
     depth: script(include_str!("lua/depth.lua")),
+    depth_by_tenant: script(include_str!("lua/depth_by_tenant.lua")),
 });

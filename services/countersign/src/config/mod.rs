@@ -1,0 +1,314 @@
+//! `serve`'s configuration: built-in defaults < a TOML file (`--config`,
+//! `COUNTERSIGN_CONFIG`) < the environment < command-line flags. Every key
+//! has one place in [`Config`]; an unknown key is an error naming it and
+//! where it came from (see `sources`).
+
+mod duration;
+mod flags;
+mod print;
+mod sources;
+
+use std::{
+    net::SocketAddr,
+    num::NonZeroU32,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+pub use flags::ServeArgs;
+pub use print::to_masked_toml;
+pub use sources::{load, load_file_and_env};
+
+/// What this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// API and reviewers.
+    #[default]
+    All,
+    /// The gRPC API only.
+    Api,
+    /// Reviewer workers only (gRPC health on `listen`).
+    Worker,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The gRPC port (port 0 picks a free one).
+    pub listen: SocketAddr,
+    pub role: Role,
+    /// The embedded database, the first admin key, the signing key.
+    pub data_dir: PathBuf,
+    pub log: LogSection,
+    pub metrics: MetricsSection,
+    pub shutdown: ShutdownSection,
+    pub database: DatabaseSection,
+    pub redis: RedisSection,
+    pub review: ReviewSection,
+    pub api: ApiSection,
+    pub watch: WatchSection,
+    pub suppression: SuppressionSection,
+    pub outbox: OutboxSection,
+    pub audit: AuditSection,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsSection {
+    /// `GET /metrics` (Prometheus text format).
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownSection {
+    /// How long in-flight work may take to finish after SIGTERM.
+    #[serde(with = "duration")]
+    pub grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSection {
+    /// `sqlite://…` or `postgres://…`; unset = a SQLite file in `data_dir`.
+    pub url: Option<String>,
+    /// PostgreSQL connections this process opens at most.
+    pub pool: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSection {
+    /// The Redis Streams review queue; needs a `postgres://` database.
+    pub url: Option<String>,
+    /// Every Redis key starts with it.
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewSection {
+    /// Reviewer workers in this process (unset: one per core).
+    pub workers: Option<usize>,
+    /// From REVIEWING to decision; past it a proposal is TIMED_OUT.
+    #[serde(with = "duration")]
+    pub deadline: Duration,
+    /// Review attempts before a proposal is REJECTED "review failed".
+    pub attempts: u32,
+    /// How long a worker holds a proposal before another may reclaim it.
+    #[serde(with = "duration")]
+    pub lease: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiSection {
+    pub rate_limit_per_second: NonZeroU32,
+    pub rate_limit_burst: NonZeroU32,
+    #[serde(with = "duration")]
+    pub request_timeout: Duration,
+    #[serde(with = "duration")]
+    pub credential_cache_ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchSection {
+    #[serde(with = "duration")]
+    pub heartbeat: Duration,
+    /// Notifications queued for one watcher before it is cut off.
+    pub buffer: usize,
+    /// How long events are kept for watchers to resume from.
+    #[serde(with = "duration")]
+    pub retention: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SuppressionSection {
+    pub capacity: u64,
+    #[serde(with = "duration")]
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxSection {
+    #[serde(with = "duration")]
+    pub poll: Duration,
+    #[serde(with = "duration")]
+    pub sweep: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditSection {
+    #[serde(with = "duration")]
+    pub checkpoint_every: Duration,
+    /// The Ed25519 seed (64 hex characters) that signs checkpoints: a secret.
+    pub signing_key: Option<String>,
+    /// A file holding the seed; unset = `<data_dir>/signing.key`.
+    pub signing_key_file: Option<PathBuf>,
+}
+
+const fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            role: Role::All,
+            data_dir: PathBuf::from("countersign-data"),
+            log: LogSection::default(),
+            metrics: MetricsSection::default(),
+            shutdown: ShutdownSection::default(),
+            database: DatabaseSection::default(),
+            redis: RedisSection::default(),
+            review: ReviewSection::default(),
+            api: ApiSection::default(),
+            watch: WatchSection::default(),
+            suppression: SuppressionSection::default(),
+            outbox: OutboxSection::default(),
+            audit: AuditSection::default(),
+        }
+    }
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        MetricsSection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        }
+    }
+}
+
+impl Default for ShutdownSection {
+    fn default() -> Self {
+        ShutdownSection { grace: secs(30) }
+    }
+}
+
+impl Default for DatabaseSection {
+    fn default() -> Self {
+        DatabaseSection {
+            url: None,
+            pool: 16,
+        }
+    }
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        RedisSection {
+            url: None,
+            prefix: "countersign".into(),
+        }
+    }
+}
+
+impl Default for ReviewSection {
+    fn default() -> Self {
+        ReviewSection {
+            workers: None,
+            deadline: secs(60),
+            attempts: 3,
+            lease: secs(30),
+        }
+    }
+}
+
+impl Default for ApiSection {
+    fn default() -> Self {
+        ApiSection {
+            rate_limit_per_second: NonZeroU32::new(5_000).expect("non-zero"),
+            rate_limit_burst: NonZeroU32::new(10_000).expect("non-zero"),
+            request_timeout: secs(30),
+            credential_cache_ttl: secs(1),
+        }
+    }
+}
+
+impl Default for WatchSection {
+    fn default() -> Self {
+        WatchSection {
+            heartbeat: secs(15),
+            buffer: 1024,
+            retention: secs(7 * 24 * 3600),
+        }
+    }
+}
+
+impl Default for SuppressionSection {
+    fn default() -> Self {
+        SuppressionSection {
+            capacity: 10_000,
+            ttl: secs(600),
+        }
+    }
+}
+
+impl Default for OutboxSection {
+    fn default() -> Self {
+        OutboxSection {
+            poll: Duration::from_millis(200),
+            sweep: secs(5),
+        }
+    }
+}
+
+impl Default for AuditSection {
+    fn default() -> Self {
+        AuditSection {
+            checkpoint_every: secs(600),
+            signing_key: None,
+            signing_key_file: None,
+        }
+    }
+}
+
+impl Config {
+    /// The database URL: the configured one, else a SQLite file in `data_dir`.
+    pub fn database_url(&self) -> String {
+        self.store_args().database_url()
+    }
+
+    /// The database settings in the form `migrate` and `admin` use.
+    pub fn store_args(&self) -> crate::settings::StoreArgs {
+        crate::settings::StoreArgs {
+            database_url: self.database.url.clone(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+
+    pub fn signing_args(&self) -> crate::signing::SigningArgs {
+        crate::signing::SigningArgs {
+            key: self.audit.signing_key.clone(),
+            signing_key_file: self.audit.signing_key_file.clone(),
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}

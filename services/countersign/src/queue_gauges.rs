@@ -1,0 +1,55 @@
+//! `countersign_queue_depth{tenant}` and
+//! `countersign_queue_oldest_age_seconds{tenant}`: sampled from the queue
+//! every few seconds, with every tenant of the store present (0 when it has
+//! nothing waiting), so a dashboard sees a flat line rather than a gap.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use countersign_queue::DynQueue;
+use countersign_store::DynStore;
+use tokio::{sync::watch, task::JoinHandle};
+
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// Samples until `stop` turns true.
+pub fn spawn(store: DynStore, queue: DynQueue, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut shown = BTreeSet::new();
+        while !*stop.borrow() {
+            sample(&store, &queue, &mut shown).await;
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = tokio::time::sleep(SAMPLE_EVERY) => {}
+            }
+        }
+    })
+}
+
+async fn sample(store: &DynStore, queue: &DynQueue, shown: &mut BTreeSet<String>) {
+    let depths = match queue.depth_by_tenant().await {
+        Ok(depths) => depths,
+        Err(error) => {
+            tracing::debug!(%error, "queue gauges: sampling failed");
+            return;
+        }
+    };
+    // Tenants with nothing queued read 0, as do those that had entries before.
+    if let Ok(tenants) = store.list_tenants().await {
+        shown.extend(tenants.into_iter().map(|t| t.name));
+    }
+    for tenant in shown.iter() {
+        if !depths.iter().any(|d| &d.tenant == tenant) {
+            set(tenant, 0, Duration::ZERO);
+        }
+    }
+    for depth in depths {
+        set(&depth.tenant, depth.depth, depth.oldest_age);
+        shown.insert(depth.tenant);
+    }
+}
+
+fn set(tenant: &str, depth: u64, oldest_age: Duration) {
+    metrics::gauge!("countersign_queue_depth", "tenant" => tenant.to_owned()).set(depth as f64);
+    metrics::gauge!("countersign_queue_oldest_age_seconds", "tenant" => tenant.to_owned())
+        .set(oldest_age.as_secs_f64());
+}

@@ -1,0 +1,210 @@
+//! The configuration as the real binary reads it: a file, the environment
+//! and flags, in that rising order; `config print` with secrets masked.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Output, Stdio},
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_countersign");
+
+/// `countersign ARGS` in `dir` with only the given server variables.
+fn countersign(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command.args(args).current_dir(dir);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("COUNTERSIGN_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .envs(env.iter().copied())
+        .output()
+        .expect("run countersign")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_flag_beats_the_environment_which_beats_the_file_in_the_real_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("countersign.toml");
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:1\"\n[review]\ndeadline = \"11s\"\nattempts = 9\n\
+         [metrics]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+
+    // File < environment, as `config print` shows it.
+    let output = countersign(
+        dir.path(),
+        &["config", "print", "--config", file.to_str().unwrap()],
+        &[("COUNTERSIGN_REVIEW_DEADLINE", "22s")],
+    );
+    let printed = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(printed.contains("deadline = \"22s\""), "{printed}");
+    assert!(printed.contains("attempts = 9"), "{printed}");
+
+    // Environment < flag: serve listens where the flag says, not where the
+    // file (port 1) or the environment (port 2) would have it.
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("COUNTERSIGN_CONFIG", &file)
+        .env("COUNTERSIGN_LISTEN", "127.0.0.1:2")
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env_remove("COUNTERSIGN_REDIS_URL")
+        .env_remove("COUNTERSIGN_METRICS_LISTEN")
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let addr = line
+        .trim()
+        .strip_prefix("countersign listening on 127.0.0.1:")
+        .unwrap_or_else(|| panic!("{line:?}"));
+    assert!(addr != "1" && addr != "2", "{line}");
+}
+
+#[test]
+fn serve_refuses_an_unknown_key_in_the_file_naming_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[review]\ndeadlne = \"10s\"\n").unwrap();
+    let output = countersign(
+        dir.path(),
+        &["serve", "--config", file.to_str().unwrap()],
+        &[],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("review.deadlne"), "{stderr}");
+    assert!(stderr.contains("bad.toml"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_an_unknown_nested_key_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = countersign(
+        dir.path(),
+        &["serve"],
+        &[("COUNTERSIGN_REVIEW__DEADLNE", "10s")],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("review.deadlne") && stderr.contains("COUNTERSIGN_REVIEW__DEADLNE"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_names_a_malformed_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = countersign(dir.path(), &["serve", "--review-lease", "forever"], &[]);
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("review.lease")
+            && stderr.contains("--review-lease")
+            && stderr.contains("forever"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn config_print_masks_the_redis_password_and_the_signing_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = "5e".repeat(32);
+    let output = countersign(
+        dir.path(),
+        &["config", "print"],
+        &[
+            (
+                "COUNTERSIGN_DATABASE_URL",
+                "postgres://app:dbpass@db/countersign",
+            ),
+            (
+                "COUNTERSIGN_REDIS_URL",
+                "redis://default:redispass@redis:6379/0",
+            ),
+            ("COUNTERSIGN_SIGNING_KEY", &seed),
+            // Client-side variables are not the server's: no error.
+            ("COUNTERSIGN_API_KEY", "cs_whatever"),
+            ("COUNTERSIGN_ENDPOINT", "http://elsewhere:1"),
+        ],
+    );
+    let printed = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for secret in ["dbpass", "redispass", seed.as_str()] {
+        assert!(!printed.contains(secret), "{secret} leaked: {printed}");
+    }
+    assert!(
+        printed.contains("url = \"redis://default:****@redis:6379/0\""),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("url = \"postgres://app:****@db/countersign\""),
+        "{printed}"
+    );
+    assert!(printed.contains("signing_key = \"****\""), "{printed}");
+}
+
+#[test]
+fn the_readmes_flat_variable_names_still_configure_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = countersign(
+        dir.path(),
+        &["config", "print"],
+        &[
+            ("COUNTERSIGN_LISTEN", "0.0.0.0:7000"),
+            ("COUNTERSIGN_ROLE", "api"),
+            ("COUNTERSIGN_DATA_DIR", "/srv/countersign"),
+            ("COUNTERSIGN_DATABASE_POOL", "4"),
+            ("COUNTERSIGN_REDIS_PREFIX", "blue"),
+            ("COUNTERSIGN_METRICS_LISTEN", "0.0.0.0:9999"),
+            ("COUNTERSIGN_REVIEWERS", "3"),
+            ("COUNTERSIGN_REVIEW_DEADLINE", "45s"),
+            ("COUNTERSIGN_RATE_LIMIT_PER_SECOND", "17"),
+            ("COUNTERSIGN_CREDENTIAL_CACHE_TTL", "0s"),
+            ("COUNTERSIGN_EVENT_RETENTION", "2days"),
+            ("COUNTERSIGN_OUTBOX_SWEEP", "300ms"),
+            ("COUNTERSIGN_SUPPRESSION_CAPACITY", "5"),
+            ("COUNTERSIGN_CHECKPOINT_EVERY", "1m"),
+        ],
+    );
+    let printed = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for expected in [
+        "listen = \"0.0.0.0:7000\"",
+        "role = \"api\"",
+        "data_dir = \"/srv/countersign\"",
+        "pool = 4",
+        "prefix = \"blue\"",
+        "listen = \"0.0.0.0:9999\"",
+        "workers = 3",
+        "deadline = \"45s\"",
+        "rate_limit_per_second = 17",
+        "credential_cache_ttl = \"0s\"",
+        "retention = \"2days\"",
+        "sweep = \"300ms\"",
+        "capacity = 5",
+        "checkpoint_every = \"1m\"",
+    ] {
+        assert!(
+            printed.contains(expected),
+            "{expected} missing from:\n{printed}"
+        );
+    }
+}

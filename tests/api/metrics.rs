@@ -1,0 +1,290 @@
+//! The metrics endpoint and the worker role's gRPC health, on the real
+//! binary (port 0 for both listeners), driven through the generated client.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use countersign::client::BearerAuth;
+use countersign_proto::v1::{
+    SubmitRequest, WatchRequest, notification_service_client::NotificationServiceClient,
+    proposal_service_client::ProposalServiceClient,
+};
+use tonic::transport::Channel;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+
+const BIN: &str = env!("CARGO_BIN_EXE_countersign");
+
+/// `countersign serve` with both listeners on port 0, and their addresses.
+struct Served {
+    child: Child,
+    grpc: String,
+    metrics: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path, role: &str) -> Served {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--role", role, "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--reviewers", "2"])
+        .current_dir(dir)
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env_remove("COUNTERSIGN_REDIS_URL")
+        .env_remove("COUNTERSIGN_DATA_DIR")
+        .env_remove("COUNTERSIGN_METRICS_LISTEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start countersign serve");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = |prefix: &str| {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("expected {prefix:?}…, got {line:?}"))
+            .to_owned()
+    };
+    let grpc = line("countersign listening on ");
+    let metrics = line("countersign metrics on ");
+    Served {
+        child,
+        grpc: format!("http://{grpc}"),
+        metrics,
+    }
+}
+
+/// `GET /metrics` over a plain TCP connection: (status line, body).
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// Every sample of the scrape: `name{labels}` -> value.
+fn scrape(addr: &str) -> BTreeMap<String, f64> {
+    let (status, body) = get(addr, "/metrics");
+    assert!(status.contains("200"), "{status}\n{body}");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The sum of the samples of `name` whose labels contain every one of `labels`.
+fn sum(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
+    samples
+        .iter()
+        .filter(|(series, _)| {
+            let (series_name, rest) = series.split_once('{').unwrap_or((series.as_str(), ""));
+            series_name == name && labels.iter().all(|l| rest.contains(l))
+        })
+        .map(|(_, value)| value)
+        .sum()
+}
+
+fn has(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> bool {
+    samples.keys().any(|series| {
+        let (series_name, rest) = series.split_once('{').unwrap_or((series.as_str(), ""));
+        series_name == name && labels.iter().all(|l| rest.contains(l))
+    })
+}
+
+async fn channel(endpoint: &str) -> Channel {
+    Channel::from_shared(endpoint.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// `n` proposals on targets nobody knows (each rejected: no SOP, no target),
+/// each with its own operator so that no breaker opens; waits for them all.
+async fn submit_rejected(
+    client: &mut ProposalServiceClient<
+        tonic::service::interceptor::InterceptedService<Channel, BearerAuth>,
+    >,
+    round: usize,
+    n: usize,
+) {
+    for i in 0..n {
+        let mut spec = crate::helpers::valid_spec();
+        spec.target = format!("unknown-{round}-{i}");
+        spec.operator = format!("op-{round}-{i}");
+        let id = client
+            .submit(SubmitRequest { spec: Some(spec) })
+            .await
+            .expect("Submit answers OK")
+            .into_inner()
+            .proposal
+            .expect("a proposal")
+            .id;
+        let mut request =
+            tonic::Request::new(countersign_proto::v1::AwaitDecisionRequest { id: id.clone() });
+        request.set_timeout(Duration::from_secs(20));
+        client
+            .await_decision(request)
+            .await
+            .unwrap_or_else(|status| panic!("no decision for {id}: {status}"));
+    }
+}
+
+#[tokio::test]
+async fn the_metrics_endpoint_exposes_the_named_series_and_they_move_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "all");
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let auth = BearerAuth::new(key.trim()).unwrap();
+    let channel = channel(&served.grpc).await;
+    let mut client = ProposalServiceClient::with_interceptor(channel.clone(), auth.clone());
+    let mut watcher = NotificationServiceClient::with_interceptor(channel, auth);
+    let _stream = watcher
+        .watch(WatchRequest::default())
+        .await
+        .expect("Watch opens")
+        .into_inner();
+
+    submit_rejected(&mut client, 1, 3).await;
+    let first = scrape(&served.metrics);
+    submit_rejected(&mut client, 2, 3).await;
+    let second = scrape(&served.metrics);
+
+    let submits = [
+        "rpc=\"/countersign.v1.ProposalService/Submit\"",
+        "code=\"Ok\"",
+    ];
+    assert!(sum(&first, "countersign_grpc_requests_total", &submits) >= 3.0);
+    assert!(
+        sum(&second, "countersign_grpc_requests_total", &submits)
+            >= sum(&first, "countersign_grpc_requests_total", &submits) + 3.0,
+        "requests counted"
+    );
+    let rejected = ["outcome=\"reject\""];
+    assert!(
+        sum(&second, "countersign_reviews_total", &rejected)
+            >= sum(&first, "countersign_reviews_total", &rejected) + 3.0,
+        "reviews by outcome counted"
+    );
+    let target_state = ["gate=\"target_state\""];
+    assert!(
+        sum(
+            &second,
+            "countersign_review_failed_gates_total",
+            &target_state
+        ) >= sum(
+            &first,
+            "countersign_review_failed_gates_total",
+            &target_state
+        ) + 3.0,
+        "failed gates counted"
+    );
+    // Histograms are Prometheus histograms: buckets, a sum and a count.
+    for histogram in [
+        "countersign_review_duration_seconds",
+        "countersign_grpc_request_duration_seconds",
+    ] {
+        assert!(
+            has(&second, &format!("{histogram}_bucket"), &["le=\"+Inf\""]),
+            "{histogram} buckets"
+        );
+        assert!(
+            sum(&second, &format!("{histogram}_count"), &[])
+                > sum(&first, &format!("{histogram}_count"), &[]),
+            "{histogram} observed"
+        );
+    }
+    assert!(sum(&second, "countersign_review_duration_seconds_count", &[]) >= 6.0);
+    // Gauges: the queue (sampled from the start, every tenant present) and watchers.
+    let default = ["tenant=\"default\""];
+    assert!(
+        has(&second, "countersign_queue_depth", &default),
+        "{second:?}"
+    );
+    assert!(has(
+        &second,
+        "countersign_queue_oldest_age_seconds",
+        &default
+    ));
+    assert_eq!(
+        sum(&second, "countersign_watchers_connected", &default),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn the_worker_role_answers_health_checks_and_refuses_the_proposal_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "worker");
+    let channel = channel(&served.grpc).await;
+
+    let health = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("the health check answers")
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let mut client =
+        ProposalServiceClient::with_interceptor(channel, BearerAuth::new(key.trim()).unwrap());
+    let refused = client
+        .submit(SubmitRequest {
+            spec: Some(crate::helpers::valid_spec()),
+        })
+        .await
+        .expect_err("a worker serves no API");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
+
+    // Its metrics are served too (the queue gauges from their first sample on).
+    let mut samples = scrape(&served.metrics);
+    for _ in 0..50 {
+        if has(&samples, "countersign_queue_depth", &["tenant=\"default\""]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        samples = scrape(&served.metrics);
+    }
+    assert!(
+        has(&samples, "countersign_queue_depth", &["tenant=\"default\""]),
+        "{samples:?}"
+    );
+}
+
+#[test]
+fn the_metrics_endpoint_answers_not_found_beside_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "api");
+    let (status, _) = get(&served.metrics, "/");
+    assert!(status.contains("404"), "{status}");
+}
