@@ -5,6 +5,7 @@
 mod error;
 mod outbox;
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 mod types;
 

@@ -2,21 +2,12 @@
 //! commit order, see migrations/postgres/0005), queries, verification reads
 //! and checkpoints, each in its tenant's row-level-security scope.
 
-use countersign_domain::{
-    Millis,
-    audit::{
-        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, StoredEntry,
-        chain, parse_hash,
-    },
-};
-use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row, postgres::PgRow};
+use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, Hash, StoredEntry, chain};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
-use super::{review::decision_from_row, scope};
-use crate::{Result, StoreError};
-
-fn corrupt(what: String) -> StoreError {
-    StoreError::Corrupt(what)
-}
+use super::scope;
+use crate::Result;
+use crate::rows::{CheckpointRow, checkpoint_from, entry_from_row, head_from, record_from_row};
 
 /// Appends up to `limit` decisions not yet in their tenant's log, in commit
 /// order, in one transaction; returns how many. Sequencers take turns on the
@@ -84,23 +75,6 @@ pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
     Ok(records.len() as u64)
 }
 
-fn record_from_row(row: &PgRow) -> Result<AuditRecord> {
-    let proposal_id: String = row.try_get("proposal_id")?;
-    let radius: String = row.try_get("blast_radius")?;
-    let proposed = Proposed {
-        tenant: row.try_get("tenant")?,
-        action: row.try_get("action")?,
-        target: row.try_get("target")?,
-        operator: row.try_get("operator")?,
-        submitted_by: row.try_get("submitted_by")?,
-        blast_radius: radius
-            .parse()
-            .map_err(|e| corrupt(format!("proposal {proposal_id}: {e}")))?,
-        proposal_id,
-    };
-    Ok(AuditRecord::new(proposed, decision_from_row(row)?))
-}
-
 async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT sequence, digest FROM audit_log WHERE tenant = $1 ORDER BY sequence DESC LIMIT 1",
@@ -108,14 +82,7 @@ async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
     .bind(tenant)
     .fetch_optional(&mut *conn)
     .await?;
-    match row {
-        None => Ok((0, EMPTY_HEAD)),
-        Some((sequence, digest)) => {
-            let digest = parse_hash(&digest)
-                .ok_or_else(|| corrupt(format!("audit entry {sequence} of {tenant}: digest")))?;
-            Ok((sequence as u64, digest))
-        }
-    }
+    head_from(tenant, row)
 }
 
 pub async fn head(pool: &PgPool, tenant: &str) -> Result<(u64, String)> {
@@ -123,17 +90,6 @@ pub async fn head(pool: &PgPool, tenant: &str) -> Result<(u64, String)> {
     let (size, digest) = head_in(&mut tx, tenant).await?;
     tx.commit().await?;
     Ok((size, hex::encode(digest)))
-}
-
-fn entry_from_row(row: &PgRow) -> Result<AuditEntry> {
-    let sequence: i64 = row.try_get("sequence")?;
-    let record: String = row.try_get("record")?;
-    Ok(AuditEntry {
-        sequence: sequence as u64,
-        digest: row.try_get("digest")?,
-        record: serde_json::from_str(&record)
-            .map_err(|e| corrupt(format!("audit entry {sequence}: {e}")))?,
-    })
 }
 
 #[tracing::instrument(name = "store.postgres.list_audit", skip(pool, filter))]
@@ -240,7 +196,7 @@ pub async fn save_checkpoint(pool: &PgPool, checkpoint: &Checkpoint) -> Result<(
 
 pub async fn latest_checkpoint(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let row: Option<(i64, String, Millis, String, String)> = sqlx::query_as(
+    let row: Option<CheckpointRow> = sqlx::query_as(
         "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
          WHERE tenant = $1 ORDER BY signed_at DESC, size DESC LIMIT 1",
     )
@@ -248,14 +204,5 @@ pub async fn latest_checkpoint(pool: &PgPool, tenant: &str) -> Result<Option<Che
     .fetch_optional(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(row.map(
-        |(size, head_digest, signed_at, public_key, signature)| Checkpoint {
-            tenant: tenant.to_owned(),
-            size: size as u64,
-            head_digest,
-            signed_at,
-            public_key,
-            signature,
-        },
-    ))
+    Ok(row.map(|row| checkpoint_from(tenant, row)))
 }

@@ -4,7 +4,7 @@
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use sqlx::{PgPool, Row};
 
-use super::{proposals, review, scope};
+use super::{proposals, scope};
 use crate::{EventKind, Result, StoreError, StoreEvent};
 
 #[tracing::instrument(name = "store.postgres.proposal_events", skip(pool))]
@@ -102,7 +102,7 @@ pub async fn after(
         let mut decisions = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let id: String = row.try_get("proposal_id")?;
-            decisions.insert(id, review::decision_from_row(row)?);
+            decisions.insert(id, crate::rows::decision_from_row(row)?);
         }
         for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
             event.proposal.decision = decisions.get(&event.proposal.id).cloned();

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 
 use countersign_domain::{
-    Decision, DecisionOutcome, GateResult, Millis, Proposal, ProposalState,
+    Decision, DecisionOutcome, Millis, Proposal, ProposalState,
     gates::{OtherOperation, ReviewFacts},
 };
-use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+use sqlx::{PgConnection, PgPool, Row};
 
 use super::{proposals, reference, scope, suppression, tenants};
 use crate::{
@@ -17,35 +17,6 @@ use crate::{
 
 fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(what)
-}
-
-pub fn decision_from_row(row: &PgRow) -> Result<Decision> {
-    let id: String = row.try_get("proposal_id")?;
-    let outcome: String = row.try_get("outcome")?;
-    let gates: String = row.try_get("gates_json")?;
-    let missing: String = row.try_get("missing_gates_json")?;
-    let sop_version: Option<i64> = row.try_get("sop_version")?;
-    let latency: i64 = row.try_get("review_latency_ms")?;
-    Ok(Decision {
-        outcome: outcome
-            .parse()
-            .map_err(|e| corrupt(format!("decision {id}: {e}")))?,
-        reason: row.try_get("reason")?,
-        agent_message: row.try_get("agent_message")?,
-        sop_id: row.try_get("sop_id")?,
-        sop_version: sop_version.map(|v| v as u32),
-        rollback_path: row.try_get("rollback_path")?,
-        gates: serde_json::from_str::<Vec<GateResult>>(&gates)
-            .map_err(|e| corrupt(format!("decision {id} gates: {e}")))?,
-        missing_gates: serde_json::from_str(&missing)
-            .map_err(|e| corrupt(format!("decision {id} missing gates: {e}")))?,
-        reviewer: row.try_get("reviewer")?,
-        decided_at: row.try_get("decided_at")?,
-        summary: row.try_get("summary")?,
-        sequence: 0,
-        digest: String::new(),
-        review_latency_ms: latency.max(0) as u64,
-    })
 }
 
 pub async fn decision_of(
@@ -59,7 +30,7 @@ pub async fn decision_of(
         .fetch_optional(&mut *conn)
         .await?
         .as_ref()
-        .map(decision_from_row)
+        .map(crate::rows::decision_from_row)
         .transpose()
 }
 

@@ -3,21 +3,11 @@
 
 use std::collections::HashMap;
 
-use countersign_domain::{
-    Millis,
-    audit::{
-        AuditEntry, AuditFilter, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, StoredEntry,
-        chain, parse_hash,
-    },
-};
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool, sqlite::SqliteRow};
+use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, Hash, StoredEntry, chain};
+use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
 
-use super::review::decision_from_row;
-use crate::{Result, StoreError};
-
-fn corrupt(what: String) -> StoreError {
-    StoreError::Corrupt(what)
-}
+use crate::Result;
+use crate::rows::{CheckpointRow, checkpoint_from, entry_from_row, head_from, record_from_row};
 
 /// Appends up to `limit` decisions that are not in their tenant's log yet, in
 /// the order they committed, in one transaction; returns how many.
@@ -93,23 +83,6 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
     Ok(appended)
 }
 
-fn record_from_row(row: &SqliteRow) -> Result<AuditRecord> {
-    let proposal_id: String = row.try_get("proposal_id")?;
-    let radius: String = row.try_get("blast_radius")?;
-    let proposed = Proposed {
-        tenant: row.try_get("tenant")?,
-        action: row.try_get("action")?,
-        target: row.try_get("target")?,
-        operator: row.try_get("operator")?,
-        submitted_by: row.try_get("submitted_by")?,
-        blast_radius: radius
-            .parse()
-            .map_err(|e| corrupt(format!("proposal {proposal_id}: {e}")))?,
-        proposal_id,
-    };
-    Ok(AuditRecord::new(proposed, decision_from_row(row)?))
-}
-
 async fn head_in(conn: &mut sqlx::SqliteConnection, tenant: &str) -> Result<(u64, Hash)> {
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT sequence, digest FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1",
@@ -117,14 +90,7 @@ async fn head_in(conn: &mut sqlx::SqliteConnection, tenant: &str) -> Result<(u64
     .bind(tenant)
     .fetch_optional(&mut *conn)
     .await?;
-    match row {
-        None => Ok((0, EMPTY_HEAD)),
-        Some((sequence, digest)) => {
-            let digest = parse_hash(&digest)
-                .ok_or_else(|| corrupt(format!("audit entry {sequence} of {tenant}: digest")))?;
-            Ok((sequence as u64, digest))
-        }
-    }
+    head_from(tenant, row)
 }
 
 /// The newest entry's `(sequence, digest)`; `(0, zeros)` for an empty log.
@@ -132,17 +98,6 @@ pub async fn head(reader: &SqlitePool, tenant: &str) -> Result<(u64, String)> {
     let mut conn = reader.acquire().await?;
     let (size, digest) = head_in(&mut conn, tenant).await?;
     Ok((size, hex::encode(digest)))
-}
-
-fn entry_from_row(row: &SqliteRow) -> Result<AuditEntry> {
-    let sequence: i64 = row.try_get("sequence")?;
-    let record: String = row.try_get("record")?;
-    Ok(AuditEntry {
-        sequence: sequence as u64,
-        digest: row.try_get("digest")?,
-        record: serde_json::from_str(&record)
-            .map_err(|e| corrupt(format!("audit entry {sequence}: {e}")))?,
-    })
 }
 
 /// Newest first, entries below `before` (a sequence) that match `filter`.
@@ -316,21 +271,12 @@ pub async fn save_checkpoint(writer: &SqlitePool, checkpoint: &Checkpoint) -> Re
 }
 
 pub async fn latest_checkpoint(reader: &SqlitePool, tenant: &str) -> Result<Option<Checkpoint>> {
-    let row: Option<(i64, String, Millis, String, String)> = sqlx::query_as(
+    let row: Option<CheckpointRow> = sqlx::query_as(
         "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
          WHERE tenant = ? ORDER BY signed_at DESC, size DESC LIMIT 1",
     )
     .bind(tenant)
     .fetch_optional(reader)
     .await?;
-    Ok(row.map(
-        |(size, head_digest, signed_at, public_key, signature)| Checkpoint {
-            tenant: tenant.to_owned(),
-            size: size as u64,
-            head_digest,
-            signed_at,
-            public_key,
-            signature,
-        },
-    ))
+    Ok(row.map(|row| checkpoint_from(tenant, row)))
 }

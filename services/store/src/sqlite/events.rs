@@ -1,7 +1,7 @@
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use sqlx::{Row, SqlitePool};
 
-use super::{proposals, review};
+use super::proposals;
 use crate::{EventKind, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
@@ -110,7 +110,7 @@ pub async fn after(
         let mut decisions = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let id: String = row.try_get("proposal_id")?;
-            decisions.insert(id, review::decision_from_row(row)?);
+            decisions.insert(id, crate::rows::decision_from_row(row)?);
         }
         for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
             event.proposal.decision = decisions.get(&event.proposal.id).cloned();
