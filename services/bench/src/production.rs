@@ -42,6 +42,8 @@ pub struct ProductionArgs {
 #[derive(Debug, Clone)]
 pub struct Production {
     pub database: String,
+    /// The owner's URL as given (another database of the cluster), to drop ours from.
+    pub cluster_owner_url: String,
     pub owner_url: String,
     pub app_url: String,
     pub redis_url: String,
@@ -88,6 +90,7 @@ impl ProductionArgs {
         conn.close().await.ok();
         let production = Production {
             owner_url: with_database(&owner, &database),
+            cluster_owner_url: owner,
             app_url: with_database(&app, &database),
             database,
             redis_url,
@@ -99,6 +102,7 @@ impl ProductionArgs {
             .env("COUNTERSIGN_DATABASE_URL", &production.app_url)
             .output()?;
         if !output.status.success() {
+            production.clean_up().await;
             bail!(
                 "countersign migrate: {}",
                 String::from_utf8_lossy(&output.stderr)
@@ -110,8 +114,8 @@ impl ProductionArgs {
 
 impl Production {
     /// Drops the run's database and Redis keys.
-    pub async fn clean_up(&self, owner_url: &str) {
-        if let Ok(mut conn) = PgConnection::connect(owner_url).await {
+    pub async fn clean_up(&self) {
+        if let Ok(mut conn) = PgConnection::connect(&self.cluster_owner_url).await {
             let _ = sqlx::query(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 self.database

@@ -389,8 +389,8 @@ pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
     let production = args.production.prepare().await?;
     let result = submit_decide_on(args, load, production.clone()).await;
-    if let (Some(p), Some(owner)) = (&production, &args.production.pg_owner_url) {
-        p.clean_up(owner).await;
+    if let Some(p) = &production {
+        p.clean_up().await;
     }
     result
 }
@@ -534,8 +534,8 @@ async fn trickle(
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
     let production = args.production.prepare().await?;
     let result = noisy_neighbour_on(args, noisy, production.clone()).await;
-    if let (Some(p), Some(owner)) = (&production, &args.production.pg_owner_url) {
-        p.clean_up(owner).await;
+    if let Some(p) = &production {
+        p.clean_up().await;
     }
     result
 }
@@ -649,9 +649,7 @@ pub async fn baseline_only(args: &BenchArgs) -> anyhow::Result<Report> {
     let production = args.production.prepare().await?;
     if let Some(p) = &production {
         let measured = limits(args, Some(p)).await;
-        if let Some(owner) = &args.production.pg_owner_url {
-            p.clean_up(owner).await;
-        }
+        p.clean_up().await;
         baselines.extend(measured?.0);
     }
     Ok(Report {
