@@ -11,6 +11,7 @@
 //! [`verify`] recomputes a chain and names the first entry that does not hold.
 
 mod checkpoint;
+pub mod time_index;
 mod verify;
 
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,10 @@
 
 use countersign_domain::{
     Decision, GateResult,
-    audit::{AuditEntry, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, parse_hash},
+    audit::{
+        AuditEntry, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, parse_hash,
+        time_index::Tide,
+    },
 };
 use sqlx::Row;
 
@@ -97,15 +100,38 @@ pub(crate) fn entry_from_row(row: &impl Columns) -> Result<AuditEntry> {
     })
 }
 
-/// The head of a tenant's log from its newest `(sequence, digest)` row;
-/// `(0, zeros)` for an empty log.
-pub(crate) fn head_from(tenant: &str, newest: Option<(i64, String)>) -> Result<(u64, Hash)> {
+/// The newest entry of a tenant's log: its sequence, digest and running time
+/// values (`services/domain/src/audit/time_index.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head {
+    pub size: u64,
+    pub digest: Hash,
+    pub tide: Tide,
+}
+
+/// The columns `head_from` reads, in this order.
+pub(crate) const HEAD_COLUMNS: &str = "sequence, digest, decided_max, lateness_max";
+
+/// The head of a tenant's log from its newest row (`HEAD_COLUMNS`); size 0,
+/// zero digest, for an empty log.
+pub(crate) fn head_from(tenant: &str, newest: Option<(i64, String, i64, i64)>) -> Result<Head> {
     match newest {
-        None => Ok((0, EMPTY_HEAD)),
-        Some((sequence, digest)) => {
+        None => Ok(Head {
+            size: 0,
+            digest: EMPTY_HEAD,
+            tide: Tide::before_first(),
+        }),
+        Some((sequence, digest, decided_max, lateness_max)) => {
             let digest = parse_hash(&digest)
                 .ok_or_else(|| corrupt(format!("audit entry {sequence} of {tenant}: digest")))?;
-            Ok((sequence as u64, digest))
+            Ok(Head {
+                size: sequence as u64,
+                digest,
+                tide: Tide {
+                    decided_max,
+                    lateness_max,
+                },
+            })
         }
     }
 }

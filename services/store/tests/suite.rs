@@ -413,6 +413,74 @@ pub async fn an_approval_whose_sop_was_retired_before_commit_is_stale(store: Dyn
     );
 }
 
+pub async fn a_time_window_finds_decisions_committed_out_of_time_order(store: DynStore) {
+    use countersign_domain::audit::AuditFilter;
+
+    store.create_tenant("a").await.unwrap();
+    // Commit order vs decision time: some reviews commit after later ones.
+    let stamped = [
+        1_000, 1_050, 1_010, 1_060, 1_020, 1_100, 1_100, 1_030, 1_200, 1_150,
+    ];
+    for (i, at) in stamped.into_iter().enumerate() {
+        let p = propose(&store, "a", &format!("n{i}"), BlastRadius::SingleDevice).await;
+        reject(&store, &p, at).await;
+        store.append_audit(1).await.unwrap();
+    }
+    let windows = [
+        (None, None),
+        (Some(1_000), Some(1_001)),
+        (Some(1_010), Some(1_031)),
+        (Some(1_021), Some(1_050)),
+        (Some(1_100), Some(1_101)),
+        (Some(1_150), None),
+        (None, Some(1_025)),
+        (Some(1_201), None),
+        (None, Some(1_000)),
+    ];
+    for (from, until) in windows {
+        let filter = AuditFilter {
+            decided_from: from,
+            decided_until: until,
+            ..AuditFilter::default()
+        };
+        let want: Vec<u64> = (1..=stamped.len() as u64)
+            .rev()
+            .filter(|&seq| {
+                let at = stamped[seq as usize - 1];
+                from.is_none_or(|f| at >= f) && until.is_none_or(|u| at < u)
+            })
+            .collect();
+        let got: Vec<u64> = store
+            .list_audit("a", &filter, None, 100)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.sequence)
+            .collect();
+        assert_eq!(got, want, "window {from:?}..{until:?}");
+        // Page by two: the same entries, none twice.
+        let mut paged = Vec::new();
+        let mut before = None;
+        loop {
+            let page = store.list_audit("a", &filter, before, 2).await.unwrap();
+            paged.extend(page.iter().map(|e| e.sequence));
+            match page.last() {
+                Some(last) if page.len() == 2 => before = Some(last.sequence),
+                _ => break,
+            }
+        }
+        assert_eq!(paged, want, "paged window {from:?}..{until:?}");
+    }
+    let with_target = AuditFilter {
+        decided_from: Some(1_000),
+        decided_until: Some(1_025),
+        target: Some("n4".into()),
+        ..AuditFilter::default()
+    };
+    let found = store.list_audit("a", &with_target, None, 10).await.unwrap();
+    assert_eq!(found.iter().map(|e| e.sequence).collect::<Vec<_>>(), [5]);
+}
+
 /// Decides `p` as failed (a rejection) at `decided_at`.
 async fn reject(store: &DynStore, p: &countersign_domain::Proposal, decided_at: i64) {
     store.begin_review(&p.tenant, &p.id, "w").await.unwrap();
@@ -1087,6 +1155,7 @@ macro_rules! every_store_test {
             tenants_and_keys_are_listed_across_tenants_for_administration,
             subscribers_hear_of_each_change_after_it_commits,
             the_audit_log_chains_each_tenants_decisions_in_commit_order,
+            a_time_window_finds_decisions_committed_out_of_time_order,
         );
     };
 }

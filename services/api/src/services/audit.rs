@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use countersign_domain::{
     Permission,
-    audit::{Checkpoint, SigningKey, Verification, Verifier},
+    audit::{Checkpoint, SigningKey, StoredEntry, Verification, Verifier},
     now_ms,
 };
 use countersign_proto::{
@@ -20,13 +20,15 @@ use countersign_proto::{
         audit_service_server::AuditService,
     },
 };
-use countersign_store::{DynStore, Result as StoreResult};
+use countersign_store::{DynStore, Result as StoreResult, StoreError};
 use tonic::{Request, Response, Status};
 
 use crate::context::{Caller, require_id};
 
 /// Entries read per query while verifying.
 const VERIFY_PAGE: u32 = 10_000;
+/// Queries in flight while verifying.
+const READ_AHEAD: usize = 2;
 
 pub struct AuditApi {
     store: DynStore,
@@ -45,26 +47,73 @@ impl AuditApi {
     }
 }
 
-/// Recomputes a tenant's chain from its stored entries, page by page.
+/// Recomputes a tenant's chain from its stored entries.
 pub async fn verify_log(
     store: &DynStore,
     tenant: &str,
-    mut verifier: Verifier,
+    verifier: Verifier,
 ) -> StoreResult<Verification> {
-    let mut after = 0;
-    loop {
-        let page = store.audit_range(tenant, after, VERIFY_PAGE).await?;
-        let full = page.len() as u32 == VERIFY_PAGE;
-        for entry in &page {
+    let read = |after: u64| {
+        let (store, tenant) = (store.clone(), tenant.to_owned());
+        async move { store.audit_range(&tenant, after, VERIFY_PAGE).await }
+    };
+    verify_in_chunks(read, VERIFY_PAGE, verifier).await
+}
+
+/// Feeds the verifier the entries of `read` (`read(after)`: up to `page`
+/// entries with `sequence > after`, in sequence order) in chunks of sequences
+/// `(start, start + page]`, `READ_AHEAD` reads at once while the oldest is
+/// hashed. The verifier sees exactly what one scan in sequence order would,
+/// gaps and all.
+async fn verify_in_chunks<F, Fut>(
+    read: F,
+    page: u32,
+    mut verifier: Verifier,
+) -> StoreResult<Verification>
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = StoreResult<Vec<StoredEntry>>> + Send + 'static,
+{
+    let page = u64::from(page);
+    let spawn = |start: u64| (start, AbortOnDrop(tokio::spawn(read(start))));
+    let mut reads = std::collections::VecDeque::new();
+    let mut next = 0;
+    while reads.len() < READ_AHEAD {
+        reads.push_back(spawn(next));
+        next += page;
+    }
+    while let Some((start, mut handle)) = reads.pop_front() {
+        let entries = (&mut handle.0)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("reading the log: {e}")))??;
+        // Nothing after `start`: the log ends here.
+        let Some(first) = entries.first() else { break };
+        let end = start + page;
+        if first.sequence > end {
+            // A gap wider than a chunk: go on from the entry found.
+            reads.clear();
+            next = first.sequence - 1;
+        }
+        for entry in entries.iter().take_while(|e| e.sequence <= end) {
             verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
             if !verifier.wants_more() {
                 return Ok(verifier.finish());
             }
-            after = entry.sequence;
         }
-        if !full {
-            return Ok(verifier.finish());
+        while reads.len() < READ_AHEAD {
+            reads.push_back(spawn(next));
+            next += page;
         }
+    }
+    Ok(verifier.finish())
+}
+
+/// A read ahead that is not wanted once verification stops early.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -228,5 +277,92 @@ impl AuditService for AuditApi {
                 .map_err(|e| to_status(&e))?,
         };
         Ok(Response::new(checkpoint_to_proto(&checkpoint)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use countersign_domain::audit::{EMPTY_HEAD, chain, leaf_hash};
+
+    use super::*;
+
+    /// A chained log of `n` entries, sequences 1..=n.
+    fn log(n: u64) -> Vec<StoredEntry> {
+        let mut head = EMPTY_HEAD;
+        (1..=n)
+            .map(|sequence| {
+                let record = format!("{{\"n\":{sequence}}}");
+                head = chain(&head, &leaf_hash(record.as_bytes()));
+                StoredEntry {
+                    sequence,
+                    digest: head.iter().map(|b| format!("{b:02x}")).collect(),
+                    record,
+                }
+            })
+            .collect()
+    }
+
+    fn scanned(entries: &[StoredEntry]) -> Verification {
+        let mut verifier = Verifier::new();
+        for entry in entries {
+            verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
+            if !verifier.wants_more() {
+                break;
+            }
+        }
+        verifier.finish()
+    }
+
+    async fn chunked(entries: &[StoredEntry], page: u32) -> Verification {
+        let entries = std::sync::Arc::new(entries.to_vec());
+        let read = |after: u64| {
+            let entries = entries.clone();
+            async move {
+                Ok(entries
+                    .iter()
+                    .filter(|e| e.sequence > after)
+                    .take(page as usize)
+                    .cloned()
+                    .collect())
+            }
+        };
+        verify_in_chunks(read, page, Verifier::new()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn reading_in_chunks_verifies_what_one_scan_verifies() {
+        let whole = log(23);
+        let mut missing_one = whole.clone();
+        missing_one.remove(9);
+        let mut missing_many = whole.clone();
+        missing_many.drain(4..15);
+        let mut swapped = whole.clone();
+        let (a, b) = (swapped[6].record.clone(), swapped[7].record.clone());
+        (swapped[6].record, swapped[7].record) = (b, a);
+        let mut far = whole.clone();
+        far.push(StoredEntry {
+            sequence: 1_000,
+            ..whole[0].clone()
+        });
+        for (name, entries) in [
+            ("whole", whole),
+            ("missing one", missing_one),
+            ("missing a run wider than a chunk", missing_many),
+            ("two swapped", swapped),
+            ("an entry far past the end", far),
+            ("empty", Vec::new()),
+        ] {
+            for page in [1, 3, 4, 10, 100] {
+                assert_eq!(
+                    chunked(&entries, page).await,
+                    scanned(&entries),
+                    "{name}, chunks of {page}"
+                );
+            }
+            assert!(
+                !name.starts_with("whole") || scanned(&entries).ok(),
+                "the whole log verifies"
+            );
+        }
     }
 }

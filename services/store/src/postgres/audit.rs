@@ -2,12 +2,15 @@
 //! commit order, see migrations/postgres/0005), queries, verification reads
 //! and checkpoints, each in its tenant's row-level-security scope.
 
-use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, Hash, StoredEntry, chain};
+use countersign_domain::audit::time_index::{self, SequenceWindow};
+use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry, chain};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use super::scope;
 use crate::Result;
-use crate::rows::{CheckpointRow, checkpoint_from, entry_from_row, head_from, record_from_row};
+use crate::rows::{
+    CheckpointRow, HEAD_COLUMNS, Head, checkpoint_from, entry_from_row, head_from, record_from_row,
+};
 
 /// Appends up to `limit` decisions not yet in their tenant's log, in commit
 /// order, in one transaction; returns how many. Sequencers take turns on the
@@ -43,16 +46,20 @@ pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
     let groups = scope::by_tenant(&records, |r| r.tenant.as_str());
     for (tenant, indices) in groups {
         scope::enter_tenant(&mut tx, &tenant).await?;
-        let (mut sequence, mut head) = head_in(&mut tx, &tenant).await?;
+        let mut head = head_in(&mut tx, &tenant).await?;
         let mut insert: QueryBuilder<Postgres> = QueryBuilder::new(
             "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
-                 operator, submitted_by, outcome, blast_radius, sop_id, record, digest) ",
+                 operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
+                 decided_max, lateness_max) ",
         );
         insert.push_values(indices.iter().map(|&i| &records[i]), |mut row, record| {
-            sequence += 1;
-            head = chain(&head, &record.leaf_hash());
+            head = Head {
+                size: head.size + 1,
+                digest: chain(&head.digest, &record.leaf_hash()),
+                tide: head.tide.next(record.decided_at),
+            };
             row.push_bind(record.tenant.clone())
-                .push_bind(sequence as i64)
+                .push_bind(head.size as i64)
                 .push_bind(record.proposal_id.clone())
                 .push_bind(record.decided_at)
                 .push_bind(record.action.clone())
@@ -63,7 +70,9 @@ pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
                 .push_bind(record.blast_radius.as_str())
                 .push_bind(record.sop_id.clone())
                 .push_bind(record.canonical_json())
-                .push_bind(hex::encode(head));
+                .push_bind(hex::encode(head.digest))
+                .push_bind(head.tide.decided_max)
+                .push_bind(head.tide.lateness_max);
         });
         insert.build().execute(&mut *tx).await?;
     }
@@ -75,10 +84,10 @@ pub async fn append(pool: &PgPool, limit: u32) -> Result<u64> {
     Ok(records.len() as u64)
 }
 
-async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
-    let row: Option<(i64, String)> = sqlx::query_as(
-        "SELECT sequence, digest FROM audit_log WHERE tenant = $1 ORDER BY sequence DESC LIMIT 1",
-    )
+async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<Head> {
+    let row = sqlx::query_as(&format!(
+        "SELECT {HEAD_COLUMNS} FROM audit_log WHERE tenant = $1 ORDER BY sequence DESC LIMIT 1"
+    ))
     .bind(tenant)
     .fetch_optional(&mut *conn)
     .await?;
@@ -87,9 +96,39 @@ async fn head_in(conn: &mut PgConnection, tenant: &str) -> Result<(u64, Hash)> {
 
 pub async fn head(pool: &PgPool, tenant: &str) -> Result<(u64, String)> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let (size, digest) = head_in(&mut tx, tenant).await?;
+    let head = head_in(&mut tx, tenant).await?;
     tx.commit().await?;
-    Ok((size, hex::encode(digest)))
+    Ok((head.size, hex::encode(head.digest)))
+}
+
+/// The sequences the filter's time range can hold (`time_index`); None when
+/// it holds none.
+async fn sequence_window(
+    conn: &mut PgConnection,
+    tenant: &str,
+    filter: &AuditFilter,
+) -> Result<Option<SequenceWindow>> {
+    let head = head_in(conn, tenant).await?;
+    let seeks = time_index::seeks(
+        filter.decided_from,
+        filter.decided_until,
+        head.tide.lateness_max,
+    );
+    let mut first = async |seek: Option<i64>| -> Result<Option<u64>> {
+        let Some(seek) = seek else { return Ok(None) };
+        let sequence: Option<i64> = sqlx::query_scalar(
+            "SELECT sequence FROM audit_log WHERE tenant = $1 AND decided_max >= $2
+             ORDER BY decided_max, sequence LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(seek)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(sequence.map(|s| s as u64))
+    };
+    let low = first(seeks.low_seek).await?;
+    let high = first(seeks.high_seek).await?;
+    Ok(SequenceWindow::from_seeks(seeks, low, high, head.size))
 }
 
 #[tracing::instrument(name = "store.postgres.list_audit", skip(pool, filter))]
@@ -100,9 +139,25 @@ pub async fn list(
     before: Option<u64>,
     limit: u32,
 ) -> Result<Vec<AuditEntry>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let timed = filter.decided_from.is_some() || filter.decided_until.is_some();
+    let window = if timed {
+        match sequence_window(&mut tx, tenant, filter).await? {
+            Some(window) => Some(window),
+            None => return Ok(Vec::new()),
+        }
+    } else {
+        None
+    };
     let mut q: QueryBuilder<Postgres> =
         QueryBuilder::new("SELECT sequence, digest, record FROM audit_log WHERE tenant = ");
     q.push_bind(tenant.to_owned());
+    if let Some(SequenceWindow { low, high }) = window {
+        q.push(" AND sequence BETWEEN ")
+            .push_bind(low as i64)
+            .push(" AND ")
+            .push_bind(high as i64);
+    }
     let mut eq = |column: &str, value: &Option<String>| {
         if let Some(value) = value {
             q.push(format!(" AND {column} = ")).push_bind(value.clone());
@@ -130,7 +185,6 @@ pub async fn list(
     }
     q.push(" ORDER BY sequence DESC LIMIT ")
         .push_bind(i64::from(limit));
-    let mut tx = scope::tenant(pool, tenant).await?;
     let rows = q.build().fetch_all(&mut *tx).await?;
     tx.commit().await?;
     rows.iter().map(entry_from_row).collect()

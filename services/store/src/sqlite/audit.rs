@@ -3,11 +3,14 @@
 
 use std::collections::HashMap;
 
-use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, Hash, StoredEntry, chain};
-use sqlx::{QueryBuilder, Row, Sqlite, SqlitePool};
+use countersign_domain::audit::time_index::{self, SequenceWindow};
+use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry, chain};
+use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 
 use crate::Result;
-use crate::rows::{CheckpointRow, checkpoint_from, entry_from_row, head_from, record_from_row};
+use crate::rows::{
+    CheckpointRow, HEAD_COLUMNS, Head, checkpoint_from, entry_from_row, head_from, record_from_row,
+};
 
 /// Appends up to `limit` decisions that are not in their tenant's log yet, in
 /// the order they committed, in one transaction; returns how many.
@@ -32,7 +35,7 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
     };
     let last: i64 = last.try_get("decision_rowid")?;
 
-    let mut heads: HashMap<String, (u64, Hash)> = HashMap::new();
+    let mut heads: HashMap<String, Head> = HashMap::new();
     let mut entries = Vec::with_capacity(rows.len());
     for row in &rows {
         let record = record_from_row(row)?;
@@ -40,9 +43,13 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
             Some(head) => *head,
             None => head_in(&mut tx, &record.tenant).await?,
         };
-        let sequence = head.0 + 1;
-        let digest = chain(&head.1, &record.leaf_hash());
-        heads.insert(record.tenant.clone(), (sequence, digest));
+        let next = Head {
+            size: head.size + 1,
+            digest: chain(&head.digest, &record.leaf_hash()),
+            tide: head.tide.next(record.decided_at),
+        };
+        heads.insert(record.tenant.clone(), next);
+        let (sequence, digest) = (next.size, next.digest);
         entries.push(serde_json::json!({
             "tenant": record.tenant,
             "sequence": sequence,
@@ -57,19 +64,23 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
             "sop_id": record.sop_id,
             "record": record.canonical_json(),
             "digest": hex::encode(digest),
+            "decided_max": next.tide.decided_max,
+            "lateness_max": next.tide.lateness_max,
         }));
     }
     let appended = entries.len() as u64;
     sqlx::query(
         "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
-             operator, submitted_by, outcome, blast_radius, sop_id, record, digest)
+             operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
+             decided_max, lateness_max)
          SELECT json_extract(value, '$.tenant'), json_extract(value, '$.sequence'),
                 json_extract(value, '$.proposal_id'), json_extract(value, '$.decided_at'),
                 json_extract(value, '$.action'), json_extract(value, '$.target'),
                 json_extract(value, '$.operator'), json_extract(value, '$.submitted_by'),
                 json_extract(value, '$.outcome'), json_extract(value, '$.blast_radius'),
                 json_extract(value, '$.sop_id'), json_extract(value, '$.record'),
-                json_extract(value, '$.digest')
+                json_extract(value, '$.digest'), json_extract(value, '$.decided_max'),
+                json_extract(value, '$.lateness_max')
          FROM json_each(?1)",
     )
     .bind(serde_json::Value::Array(entries).to_string())
@@ -83,10 +94,10 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
     Ok(appended)
 }
 
-async fn head_in(conn: &mut sqlx::SqliteConnection, tenant: &str) -> Result<(u64, Hash)> {
-    let row: Option<(i64, String)> = sqlx::query_as(
-        "SELECT sequence, digest FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1",
-    )
+async fn head_in(conn: &mut SqliteConnection, tenant: &str) -> Result<Head> {
+    let row = sqlx::query_as(&format!(
+        "SELECT {HEAD_COLUMNS} FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1"
+    ))
     .bind(tenant)
     .fetch_optional(&mut *conn)
     .await?;
@@ -96,17 +107,19 @@ async fn head_in(conn: &mut sqlx::SqliteConnection, tenant: &str) -> Result<(u64
 /// The newest entry's `(sequence, digest)`; `(0, zeros)` for an empty log.
 pub async fn head(reader: &SqlitePool, tenant: &str) -> Result<(u64, String)> {
     let mut conn = reader.acquire().await?;
-    let (size, digest) = head_in(&mut conn, tenant).await?;
-    Ok((size, hex::encode(digest)))
+    let head = head_in(&mut conn, tenant).await?;
+    Ok((head.size, hex::encode(head.digest)))
 }
 
 /// Newest first, entries below `before` (a sequence) that match `filter`.
 ///
 /// The filters pick the rows in an inner query that reads indexes only (each
 /// filter column is indexed with the sequence); the records, about a
-/// kilobyte each, are read for the page alone. Where a selective filter is
-/// given, the coarse ones (outcome, blast radius, time) are kept off the index
-/// choice with SQLite's unary `+`, so the planner walks the selective index.
+/// kilobyte each, are read for the page alone. A time range becomes a range
+/// of sequences first (two index seeks, `time_index`), so every query walks
+/// an index in sequence order; where a selective filter is given, the coarse
+/// ones (outcome, blast radius, time) are kept off the index choice with
+/// SQLite's unary `+`, so the planner walks the selective index.
 #[tracing::instrument(name = "store.sqlite.list_audit", skip(reader, filter))]
 pub async fn list(
     reader: &SqlitePool,
@@ -115,11 +128,17 @@ pub async fn list(
     before: Option<u64>,
     limit: u32,
 ) -> Result<Vec<AuditEntry>> {
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
-        "SELECT sequence, digest, record FROM audit_log WHERE rowid IN (
-             SELECT rowid FROM audit_log WHERE tenant = ",
-    );
-    q.push_bind(tenant.to_owned());
+    // One read transaction: the bounds and the page see the same log.
+    let mut tx = reader.begin().await?;
+    let timed = filter.decided_from.is_some() || filter.decided_until.is_some();
+    let window = if timed {
+        match sequence_window(&mut tx, tenant, filter).await? {
+            Some(window) => Some(window),
+            None => return Ok(Vec::new()),
+        }
+    } else {
+        None
+    };
     let selective = [
         &filter.action,
         &filter.target,
@@ -129,27 +148,18 @@ pub async fn list(
     ]
     .iter()
     .any(|f| f.is_some());
-    let timed = filter.decided_from.is_some() || filter.decided_until.is_some();
-    // A time range alone: its sequence bounds first (from the covering time
-    // index, no sort), then a walk down the sequence index between them.
-    let bounds = if timed && !selective {
-        match sequence_bounds(reader, tenant, filter).await? {
-            Some(bounds) => Some(bounds),
-            None => return Ok(Vec::new()),
-        }
-    } else {
-        None
-    };
-    let coarse = if selective || bounds.is_some() {
-        "+"
-    } else {
-        ""
-    };
-    if let Some((low, high)) = bounds {
+    let coarse = if selective || timed { "+" } else { "" };
+
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+        "SELECT sequence, digest, record FROM audit_log WHERE rowid IN (
+             SELECT rowid FROM audit_log WHERE tenant = ",
+    );
+    q.push_bind(tenant.to_owned());
+    if let Some(SequenceWindow { low, high }) = window {
         q.push(" AND sequence BETWEEN ")
-            .push_bind(low)
+            .push_bind(low as i64)
             .push(" AND ")
-            .push_bind(high);
+            .push_bind(high as i64);
     }
     let mut eq = |column: &str, value: Option<String>| {
         if let Some(value) = value {
@@ -170,12 +180,10 @@ pub async fn list(
         filter.blast_radius.map(|radius| radius.as_str().to_owned()),
     );
     if let Some(from) = filter.decided_from {
-        q.push(format!(" AND {coarse}decided_at >= "))
-            .push_bind(from);
+        q.push(" AND +decided_at >= ").push_bind(from);
     }
     if let Some(until) = filter.decided_until {
-        q.push(format!(" AND {coarse}decided_at < "))
-            .push_bind(until);
+        q.push(" AND +decided_at < ").push_bind(until);
     }
     if let Some(before) = before {
         q.push(" AND sequence < ")
@@ -184,30 +192,38 @@ pub async fn list(
     q.push(" ORDER BY sequence DESC LIMIT ")
         .push_bind(i64::from(limit));
     q.push(") ORDER BY sequence DESC");
-    q.build()
-        .fetch_all(reader)
-        .await?
-        .iter()
-        .map(entry_from_row)
-        .collect()
+    let rows = q.build().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    rows.iter().map(entry_from_row).collect()
 }
 
-/// The lowest and highest sequence decided within the filter's time range.
-async fn sequence_bounds(
-    reader: &SqlitePool,
+/// The sequences the filter's time range can hold; None when it holds none.
+async fn sequence_window(
+    conn: &mut SqliteConnection,
     tenant: &str,
     filter: &AuditFilter,
-) -> Result<Option<(i64, i64)>> {
-    let (low, high): (Option<i64>, Option<i64>) = sqlx::query_as(
-        "SELECT min(sequence), max(sequence) FROM audit_log
-         WHERE tenant = ?1 AND decided_at >= ?2 AND decided_at < ?3",
-    )
-    .bind(tenant)
-    .bind(filter.decided_from.unwrap_or(i64::MIN))
-    .bind(filter.decided_until.unwrap_or(i64::MAX))
-    .fetch_one(reader)
-    .await?;
-    Ok(low.zip(high))
+) -> Result<Option<SequenceWindow>> {
+    let head = head_in(conn, tenant).await?;
+    let seeks = time_index::seeks(
+        filter.decided_from,
+        filter.decided_until,
+        head.tide.lateness_max,
+    );
+    let mut first = async |seek: Option<i64>| -> Result<Option<u64>> {
+        let Some(seek) = seek else { return Ok(None) };
+        let sequence: Option<i64> = sqlx::query_scalar(
+            "SELECT sequence FROM audit_log WHERE tenant = ? AND decided_max >= ?
+             ORDER BY decided_max, sequence LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(seek)
+        .fetch_optional(&mut *conn)
+        .await?;
+        Ok(sequence.map(|s| s as u64))
+    };
+    let low = first(seeks.low_seek).await?;
+    let high = first(seeks.high_seek).await?;
+    Ok(SequenceWindow::from_seeks(seeks, low, high, head.size))
 }
 
 /// The entry of one proposal's decision, once the sequencer has appended it.
