@@ -3,6 +3,7 @@
 //! here, in the repository layer.
 
 mod error;
+mod group_commit;
 mod outbox;
 pub mod postgres;
 mod rows;

@@ -16,6 +16,7 @@ pub trait Outbox: Send + Sync + 'static {
     /// Marks these entries as published (a row already marked stays as it is).
     async fn mark_published(&self, keys: &[ReviewKey]) -> Result<()>;
     /// Up to `limit` undecided (PENDING or REVIEWING) proposals of every
-    /// tenant, by id, after the id `after` (a page of the sweep).
+    /// tenant whose entry was published, by id, after the id `after` (a page
+    /// of the sweep; unpublished entries are the publisher's).
     async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>>;
 }

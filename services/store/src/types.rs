@@ -47,6 +47,24 @@ pub struct NewProposal {
     pub trace_parent: Option<String>,
 }
 
+impl NewProposal {
+    /// The proposal as its row was just inserted: `id`, PENDING since `now`.
+    pub(crate) fn into_pending(self, id: String, now: Millis) -> Proposal {
+        Proposal {
+            id,
+            tenant: self.tenant,
+            spec: self.spec,
+            state: countersign_domain::ProposalState::Pending,
+            submitted_by: self.submitted_by,
+            created_at: now,
+            updated_at: now,
+            decision: None,
+            suppressed_retries: 0,
+            cancel_reason: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum SubmitOutcome {
     Created(Proposal),

@@ -73,7 +73,7 @@ async fn a_committed_proposal_is_unpublished_until_marked_in_every_tenant() {
 }
 
 #[tokio::test]
-async fn undecided_pages_through_pending_and_reviewing_proposals_of_every_tenant() {
+async fn undecided_pages_through_published_pending_and_reviewing_proposals_of_every_tenant() {
     let db = TestDatabase::migrated().await;
     let (store, outbox) = stores(&db).await;
     store.create_tenant("a").await.unwrap();
@@ -89,6 +89,10 @@ async fn undecided_pages_through_pending_and_reviewing_proposals_of_every_tenant
         .await
         .unwrap();
     store.begin_review("a", &keys[0].id, "w").await.unwrap();
+    outbox.mark_published(&keys).await.unwrap();
+    outbox.mark_published(&[cancelled]).await.unwrap();
+    // Not yet published: the publisher's, not the sweeper's.
+    submit(&store, "b", "node-05").await;
     keys.sort_by(|x, y| x.id.cmp(&y.id));
 
     let first = outbox.undecided(None, 2).await.unwrap();

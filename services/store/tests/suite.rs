@@ -174,6 +174,72 @@ pub async fn an_idempotency_key_returns_the_same_proposal_or_conflicts(store: Dy
     assert_ne!(other_tenant.proposal().id, first.proposal().id);
 }
 
+pub async fn concurrent_submissions_are_each_answered_as_if_alone(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    // Arriving together, they share transactions where the backend groups
+    // commits: a taken key, a conflicting spec or another tenant must still
+    // get the answer a lone submission gets.
+    let mut submissions = Vec::new();
+    for i in 0..24 {
+        let tenant = if i % 3 == 0 { "b" } else { "a" };
+        submissions.push((tenant, String::new(), "nginx OOM".to_owned()));
+        submissions.push((tenant, format!("k{i}"), "nginx OOM".to_owned()));
+        submissions.push((tenant, format!("k{i}"), "nginx OOM".to_owned()));
+        submissions.push((tenant, format!("k{i}"), format!("other {i}")));
+    }
+    let answers = futures::future::join_all(submissions.iter().map(|(tenant, key, reason)| {
+        let store = store.clone();
+        let mut new = new_proposal(tenant, key);
+        new.spec.reason = reason.clone();
+        async move { store.insert_proposal(new).await }
+    }))
+    .await;
+
+    let mut created = std::collections::HashMap::new();
+    for ((tenant, key, reason), answer) in submissions.iter().zip(&answers) {
+        match answer {
+            Ok(SubmitOutcome::Created(p)) => {
+                assert_eq!((&p.tenant, &p.spec.reason), (&tenant.to_string(), reason));
+                if !key.is_empty() {
+                    let earlier = created.insert((*tenant, key.clone()), p.clone());
+                    assert!(earlier.is_none(), "{key} created twice");
+                }
+            }
+            Ok(SubmitOutcome::Deduplicated(_)) | Err(StoreError::AlreadyExists(_)) => {
+                assert!(!key.is_empty(), "only a taken key is answered from before");
+            }
+            other => panic!("{tenant}/{key}: {other:?}"),
+        }
+    }
+    for ((tenant, key, reason), answer) in submissions.iter().zip(&answers) {
+        let Some(first) = created.get(&(*tenant, key.clone())) else {
+            continue;
+        };
+        match answer {
+            Ok(SubmitOutcome::Deduplicated(p)) => {
+                assert_eq!(p.id, first.id);
+                assert_eq!(reason, &first.spec.reason, "same spec, same proposal");
+            }
+            Err(StoreError::AlreadyExists(_)) => assert_ne!(reason, &first.spec.reason),
+            Ok(SubmitOutcome::Created(p)) => assert_eq!(p.id, first.id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(created.len(), 24, "every key created once");
+    let rows: usize = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(SubmitOutcome::Created(_))))
+        .count();
+    assert_eq!(rows, 48, "24 without a key, 24 keys");
+    let events = store.events_after(0, None, 1_000).await.unwrap();
+    let submitted = events
+        .iter()
+        .filter(|e| e.kind == EventKind::Submitted)
+        .count();
+    assert_eq!(submitted, 48, "one SUBMITTED event per proposal created");
+}
+
 pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     let p = store.insert_proposal(new_proposal("a", "")).await.unwrap();
@@ -311,6 +377,22 @@ pub async fn review_facts_find_exactly_the_overlapping_earlier_operations(store:
             .iter()
             .all(|o| countersign_domain::gates::blocks(&facts, o))
     );
+
+    // Gathered as one batch (several radii, two tenants), each proposal's
+    // facts are what it gets alone.
+    let other_tenant = propose(&store, "b", "n2", BlastRadius::SingleDevice).await;
+    let batch = [single_n2.clone(), subject.clone(), other_tenant, single_n1];
+    let together = store.review_facts_many(&batch).await.unwrap();
+    assert_eq!(together.len(), batch.len());
+    for (proposal, facts) in batch.iter().zip(together) {
+        let alone = store.review_facts(proposal).await.unwrap();
+        assert_eq!(
+            ids(&facts.unwrap()),
+            ids(&alone),
+            "{}",
+            proposal.spec.target
+        );
+    }
 }
 
 pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: DynStore) {
@@ -1136,6 +1218,7 @@ macro_rules! every_store_test {
             keys_are_stored_hashed_and_can_be_revoked,
             a_proposal_is_visible_only_to_its_own_tenant,
             an_idempotency_key_returns_the_same_proposal_or_conflicts,
+            concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
             review_facts_find_exactly_the_overlapping_earlier_operations,
             an_approval_blocks_overlapping_operations_for_the_window,

@@ -8,6 +8,7 @@
 
 mod audit;
 mod events;
+mod group_commit;
 mod keys;
 mod outbox;
 mod proposals;
@@ -47,12 +48,21 @@ pub const DEFAULT_POOL_SIZE: u32 = 16;
 pub struct PostgresStore {
     pool: PgPool,
     events: broadcast::Sender<StoreEvent>,
+    submitter: crate::group_commit::Submitter,
 }
 
 fn options(url: &str) -> Result<PgConnectOptions> {
     Ok(PgConnectOptions::from_str(url)?
         // A statement this slow is a finding: it goes to the log.
-        .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250)))
+        .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250))
+        // Plan every execution for its own parameters. A prepared statement's
+        // generic plan (PostgreSQL's choice after five runs) is costed on the
+        // tables as they were, and a pooled connection keeps it: made on a
+        // new, empty database it went on walking a whole tenant by `tenant`
+        // alone once the tables grew (a primary-key read 3.1 ms, the event
+        // read 3.9 ms against 0.2). Measured on `bench submit-decide
+        // --production`: 233 decisions/s with generic plans, 380 without.
+        .options([("plan_cache_mode", "force_custom_plan")]))
 }
 
 impl PostgresStore {
@@ -75,7 +85,12 @@ impl PostgresStore {
             .connect_with(options)
             .await?;
         let (events, _) = broadcast::channel(4096);
-        Ok(PostgresStore { pool, events })
+        let submitter = group_commit::start(pool.clone());
+        Ok(PostgresStore {
+            pool,
+            events,
+            submitter,
+        })
     }
 
     /// Brings the schema up to date as its owner (`owner_url`), then grants
@@ -171,7 +186,7 @@ impl Store for PostgresStore {
     }
 
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        let (outcome, event) = proposals::insert_one(&self.pool, new).await?;
+        let (outcome, event) = self.submitter.submit(new).await?;
         if let Some(event) = event {
             self.publish(event);
         }
@@ -235,12 +250,7 @@ impl Store for PostgresStore {
     }
 
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        // One transaction per proposal (each in its tenant's scope).
-        let mut out = Vec::with_capacity(proposals.len());
-        for proposal in proposals {
-            out.push(review::facts(&self.pool, proposal).await);
-        }
-        Ok(out)
+        review::facts_many(&self.pool, proposals).await
     }
 
     async fn record_decisions(

@@ -50,10 +50,14 @@ impl Outbox for PostgresStore {
     #[tracing::instrument(name = "store.postgres.undecided", skip(self))]
     async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>> {
         let mut tx = scope::system(&self.pool).await?;
+        // Published entries only: an unpublished one is the publisher's, and
+        // re-publishing it here too would queue it twice.
         let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT tenant, id FROM proposals
-             WHERE state IN ('pending', 'reviewing') AND id > $1
-             ORDER BY id LIMIT $2",
+            "SELECT p.tenant, p.id FROM proposals p
+             JOIN queue_entries q ON q.proposal_id = p.id
+             WHERE p.state IN ('pending', 'reviewing') AND p.id > $1
+               AND q.published_at IS NOT NULL
+             ORDER BY p.id LIMIT $2",
         )
         .bind(after.unwrap_or(""))
         .bind(i64::from(limit))

@@ -44,56 +44,42 @@ pub async fn fetch(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Op
     Ok(Some(proposal))
 }
 
-/// The row, and by trigger its queue entry (the outbox) and SUBMITTED event;
-/// the transaction must be in the tenant's scope with the event log locked.
-pub async fn insert(
-    conn: &mut PgConnection,
-    new: NewProposal,
-) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-    let digest = new.spec.digest();
-    let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
-    let id = ulid::Ulid::new().to_string();
-    let now = now_ms();
-    let inserted = sqlx::query(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13)
-         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
-    )
-    .bind(&id)
-    .bind(&new.tenant)
-    .bind(&new.spec.action)
-    .bind(new.spec.class.as_str())
-    .bind(&new.spec.target)
-    .bind(new.spec.blast_radius.as_str())
-    .bind(&new.spec.operator)
-    .bind(new.spec.canonical_json())
-    .bind(&digest)
-    .bind(&key)
-    .bind(&new.submitted_by)
-    .bind(now)
-    .bind(&new.trace_parent)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
-        let event = StoreEvent::changed_to(&new.tenant, &id, ProposalState::Pending);
-        let proposal = Proposal {
-            id,
-            tenant: new.tenant,
-            spec: new.spec,
-            state: ProposalState::Pending,
-            submitted_by: new.submitted_by,
-            created_at: now,
-            updated_at: now,
-            decision: None,
-            suppressed_retries: 0,
-            cancel_reason: None,
-        };
-        return Ok((SubmitOutcome::Created(proposal), Some(event)));
+/// What a new proposal's row holds beyond its spec.
+pub struct NewRow {
+    pub id: String,
+    pub spec_json: String,
+    pub digest: String,
+    pub key: Option<String>,
+}
+
+impl NewRow {
+    pub fn of(new: &NewProposal) -> NewRow {
+        NewRow {
+            id: ulid::Ulid::new().to_string(),
+            spec_json: new.spec.canonical_json(),
+            digest: new.spec.digest(),
+            key: (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone()),
+        }
     }
-    // The idempotency key was taken: the same spec is the same proposal.
-    let key = key.unwrap_or_default();
+}
+
+/// The answer to a submission whose row was inserted as `id` at `now`.
+pub fn created(new: NewProposal, id: String, now: i64) -> (SubmitOutcome, Option<StoreEvent>) {
+    let event = StoreEvent::changed_to(&new.tenant, &id, ProposalState::Pending);
+    (
+        SubmitOutcome::Created(new.into_pending(id, now)),
+        Some(event),
+    )
+}
+
+/// The answer to a submission whose idempotency key was taken: the same spec
+/// is the same proposal, another spec a conflict.
+pub async fn earlier(
+    conn: &mut PgConnection,
+    new: &NewProposal,
+    row: &NewRow,
+) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
+    let key = row.key.clone().unwrap_or_default();
     let (earlier_id, earlier_digest): (String, String) = sqlx::query_as(
         "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
     )
@@ -101,7 +87,7 @@ pub async fn insert(
     .bind(&key)
     .fetch_one(&mut *conn)
     .await?;
-    if earlier_digest != digest {
+    if earlier_digest != row.digest {
         return Err(StoreError::AlreadyExists(format!(
             "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
         )));
@@ -110,6 +96,43 @@ pub async fn insert(
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
     Ok((SubmitOutcome::Deduplicated(proposal), None))
+}
+
+/// The row, and by trigger its queue entry (the outbox) and SUBMITTED event;
+/// the transaction must be in the tenant's scope with the event log locked.
+pub async fn insert(
+    conn: &mut PgConnection,
+    new: NewProposal,
+) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
+    let row = NewRow::of(&new);
+    let now = now_ms();
+    let inserted = sqlx::query(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
+             trace_parent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13)
+         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+    )
+    .bind(&row.id)
+    .bind(&new.tenant)
+    .bind(&new.spec.action)
+    .bind(new.spec.class.as_str())
+    .bind(&new.spec.target)
+    .bind(new.spec.blast_radius.as_str())
+    .bind(&new.spec.operator)
+    .bind(&row.spec_json)
+    .bind(&row.digest)
+    .bind(&row.key)
+    .bind(&new.submitted_by)
+    .bind(now)
+    .bind(&new.trace_parent)
+    .execute(&mut *conn)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        let id = row.id.clone();
+        return Ok(created(new, id, now));
+    }
+    earlier(conn, &new, &row).await
 }
 
 #[tracing::instrument(

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use countersign_domain::{
-    Decision, DecisionOutcome, Millis, Proposal, ProposalState,
-    gates::{OtherOperation, ReviewFacts},
+    BlastRadius, Decision, DecisionOutcome, Millis, Proposal, ProposalState,
+    gates::{self, OtherOperation, ReviewFacts},
 };
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -124,79 +124,187 @@ pub async fn begin_many(
     Ok((out.into_iter().flatten().collect(), events))
 }
 
-/// Every operation that may block this one (the parallel-operation gate), in
-/// the proposal's tenant. Each branch is one index range; the outer filter is
-/// the exact rule (the domain's `blocks` checks it once more).
-const OTHERS: &str = "WITH candidates (cid) AS (
-       SELECT id FROM proposals WHERE tenant = $1 AND target = $6
-           AND state IN ('pending', 'reviewing')
-       UNION SELECT id FROM proposals WHERE tenant = $1 AND target = $6
-           AND state = 'approved' AND decided_at >= $4
-       UNION SELECT id FROM proposals WHERE tenant = $1
-           AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')
-       UNION SELECT id FROM proposals WHERE tenant = $1
-           AND blast_radius IN ('tenant_wide', 'cluster') AND state = 'approved'
-           AND decided_at >= $4
-       UNION SELECT id FROM proposals WHERE $5 = 'tenant_wide' AND tenant = $1
-           AND state IN ('pending', 'reviewing')
-       UNION SELECT id FROM proposals WHERE $5 = 'tenant_wide' AND tenant = $1
-           AND state = 'approved' AND decided_at >= $4
-       UNION SELECT p2.id FROM targets t2 JOIN proposals p2
-           ON p2.tenant = t2.tenant AND p2.target = t2.id
-           WHERE $5 = 'cluster' AND $7 IS NOT NULL AND t2.tenant = $1 AND t2.cluster = $7
-           AND (p2.state IN ('pending', 'reviewing')
-                OR (p2.state = 'approved' AND p2.decided_at >= $4)))
- SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
-        t.cluster
- FROM candidates c JOIN proposals p ON p.tenant = $1 AND p.id = c.cid
- LEFT JOIN targets t ON t.tenant = p.tenant AND t.id = p.target
- WHERE p.id <> $2
-   AND ((p.state IN ('pending', 'reviewing')
-         AND (p.created_at < $3 OR (p.created_at = $3 AND p.id COLLATE \"C\" < $2)))
-        OR (p.state = 'approved' AND p.decided_at >= $4))
-   AND ($5 = 'tenant_wide' OR p.blast_radius = 'tenant_wide' OR p.target = $6
-        OR ($7 IS NOT NULL AND t.cluster = $7
-            AND ($5 = 'cluster' OR p.blast_radius = 'cluster')))
- ORDER BY p.created_at, p.id COLLATE \"C\"
- LIMIT 16";
+/// Every operation that may block one of a batch's proposals (the
+/// parallel-operation gate), in one tenant: open or recently approved, on one
+/// of the batch's targets, or of a wide blast radius, or anywhere in the
+/// tenant when the batch holds a tenant-wide proposal, or in the clusters of
+/// its cluster-wide ones. Each branch is one index range; `blocks` (domain)
+/// then picks each proposal's own. One query per batch and tenant, not one
+/// per proposal: planning it for its parameters (see `options`) costs about
+/// 2 ms.
+fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
+    let mut branches = vec![
+        "SELECT id FROM proposals WHERE tenant = $1 AND target = ANY($2)
+             AND state IN ('pending', 'reviewing')",
+        "SELECT id FROM proposals WHERE tenant = $1 AND target = ANY($2)
+             AND state = 'approved' AND decided_at >= $3",
+        "SELECT id FROM proposals WHERE tenant = $1
+             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')",
+        "SELECT id FROM proposals WHERE tenant = $1
+             AND blast_radius IN ('tenant_wide', 'cluster') AND state = 'approved'
+             AND decided_at >= $3",
+    ];
+    if tenant_wide {
+        branches.extend([
+            "SELECT id FROM proposals WHERE tenant = $1 AND state IN ('pending', 'reviewing')",
+            "SELECT id FROM proposals WHERE tenant = $1 AND state = 'approved'
+                 AND decided_at >= $3",
+        ]);
+    }
+    if clusters {
+        branches.push(
+            "SELECT p2.id FROM targets t2 JOIN proposals p2
+                 ON p2.tenant = t2.tenant AND p2.target = t2.id
+                 WHERE t2.tenant = $1 AND t2.cluster = ANY($4)
+                 AND (p2.state IN ('pending', 'reviewing')
+                      OR (p2.state = 'approved' AND p2.decided_at >= $3))",
+        );
+    }
+    format!(
+        "SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
+                t.cluster
+         FROM proposals p LEFT JOIN targets t ON t.tenant = p.tenant AND t.id = p.target
+         WHERE p.tenant = $1 AND p.id IN ({})",
+        branches.join("\n         UNION ALL ")
+    )
+}
 
-#[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(proposal = %proposal.id))]
-pub async fn facts(pool: &PgPool, proposal: &Proposal) -> Result<ReviewFacts> {
-    // One read-only snapshot for every fact.
+/// The most other operations a review's facts carry (the oldest first).
+const MAX_OTHERS: usize = 16;
+
+/// The facts of a batch of reviews, in one read-only snapshot: per tenant,
+/// its policy, the SOPs of the batch's actions and its targets in one query
+/// each, and the operations that may run in parallel with any of them in one
+/// more. A database error fails the batch (every review is tried again); a
+/// malformed row fails only the reviews that read it.
+#[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
+pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
     let mut tx = pool.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
-    scope::enter_tenant(&mut tx, &proposal.tenant).await?;
-    let tenant = tenants::get(&mut tx, &proposal.tenant)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("tenant `{}`", proposal.tenant)))?;
-    let sops = sqlx::query(
-        "SELECT * FROM sops WHERE tenant = $1 AND action = $2 ORDER BY id COLLATE \"C\"",
-    )
-    .bind(&proposal.tenant)
-    .bind(&proposal.spec.action)
-    .fetch_all(&mut *tx)
-    .await?
-    .iter()
-    .map(reference::sop_from_row)
-    .collect::<Result<Vec<_>>>()?;
-    let target = reference::get_target(&mut tx, &proposal.tenant, &proposal.spec.target).await?;
-    let now = now_ms();
-    let cluster = target.as_ref().and_then(|t| t.cluster()).map(str::to_owned);
-    let rows = sqlx::query(OTHERS)
-        .bind(&proposal.tenant)
-        .bind(&proposal.id)
-        .bind(proposal.created_at)
-        .bind(now - tenant.policy.parallel_window_ms)
-        .bind(proposal.spec.blast_radius.as_str())
-        .bind(&proposal.spec.target)
-        .bind(&cluster)
+    let mut out: Vec<Option<Result<ReviewFacts>>> = (0..proposals.len()).map(|_| None).collect();
+    for (tenant, indices) in scope::by_tenant(proposals, |p| p.tenant.as_str()) {
+        scope::enter_tenant(&mut tx, &tenant).await?;
+        let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
+            for i in indices {
+                out[i] = Some(Err(StoreError::NotFound(format!("tenant `{tenant}`"))));
+            }
+            continue;
+        };
+        let actions: Vec<&str> = indices
+            .iter()
+            .map(|&i| proposals[i].spec.action.as_str())
+            .collect();
+        let targets: Vec<&str> = indices
+            .iter()
+            .map(|&i| proposals[i].spec.target.as_str())
+            .collect();
+        let sop_rows = sqlx::query(
+            "SELECT * FROM sops WHERE tenant = $1 AND action = ANY($2) ORDER BY id COLLATE \"C\"",
+        )
+        .bind(&tenant)
+        .bind(&actions)
         .fetch_all(&mut *tx)
         .await?;
+        let target_rows = sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
+            .bind(&tenant)
+            .bind(&targets)
+            .fetch_all(&mut *tx)
+            .await?;
+        let now = now_ms();
+        let window_start = now - policy.parallel_window_ms;
+        let mut gathered: Vec<(usize, ReviewFacts)> = Vec::new();
+        for i in indices {
+            let proposal = &proposals[i];
+            let column = |row: &sqlx::postgres::PgRow, name: &str| {
+                row.try_get::<String, _>(name).unwrap_or_default()
+            };
+            let sops = sop_rows
+                .iter()
+                .filter(|row| column(row, "action") == proposal.spec.action)
+                .map(reference::sop_from_row)
+                .collect::<Result<Vec<_>>>();
+            let target = target_rows
+                .iter()
+                .find(|row| column(row, "id") == proposal.spec.target)
+                .map(reference::target_from_row)
+                .transpose();
+            match (sops, target) {
+                (Ok(sops), Ok(target)) => gathered.push((
+                    i,
+                    ReviewFacts {
+                        proposal_id: proposal.id.clone(),
+                        spec: proposal.spec.clone(),
+                        created_at: proposal.created_at,
+                        policy,
+                        sops,
+                        target,
+                        others: Vec::new(),
+                        now,
+                    },
+                )),
+                (Err(error), _) | (_, Err(error)) => out[i] = Some(Err(error)),
+            }
+        }
+        if gathered.is_empty() {
+            continue;
+        }
+        let tenant_wide = gathered
+            .iter()
+            .any(|(_, f)| f.spec.blast_radius == BlastRadius::TenantWide);
+        let clusters: Vec<String> = gathered
+            .iter()
+            .filter(|(_, f)| f.spec.blast_radius == BlastRadius::Cluster)
+            .filter_map(|(_, f)| f.target.as_ref().and_then(|t| t.cluster()))
+            .map(str::to_owned)
+            .collect();
+        let query = candidates_query(tenant_wide, !clusters.is_empty());
+        let mut candidates = sqlx::query(&query)
+            .bind(&tenant)
+            .bind(&targets)
+            .bind(window_start);
+        if !clusters.is_empty() {
+            candidates = candidates.bind(&clusters);
+        }
+        let rows = candidates.fetch_all(&mut *tx).await?;
+        // A malformed row fails the reviews of this batch that could read it:
+        // all of the tenant's, since which it concerns is unknown.
+        let others = match others_from(&rows) {
+            Ok(others) => others,
+            Err(error) => {
+                let what = match error {
+                    StoreError::Corrupt(what) => what,
+                    other => other.to_string(),
+                };
+                for (i, _) in gathered {
+                    out[i] = Some(Err(corrupt(what.clone())));
+                }
+                continue;
+            }
+        };
+        for (i, mut facts) in gathered {
+            let mut mine: Vec<OtherOperation> = others
+                .iter()
+                .filter(|other| gates::blocks(&facts, other))
+                .cloned()
+                .collect();
+            mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            mine.dedup_by(|a, b| a.id == b.id);
+            mine.truncate(MAX_OTHERS);
+            facts.others = mine;
+            out[i] = Some(Ok(facts));
+        }
+    }
     tx.commit().await?;
-    let others = rows
-        .iter()
+    Ok(out
+        .into_iter()
+        .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
+        .collect())
+}
+
+fn others_from(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<OtherOperation>> {
+    rows.iter()
         .map(|row| {
             let id: String = row.try_get("id")?;
             let radius: String = row.try_get("blast_radius")?;
@@ -216,17 +324,7 @@ pub async fn facts(pool: &PgPool, proposal: &Proposal) -> Result<ReviewFacts> {
                 id,
             })
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(ReviewFacts {
-        proposal_id: proposal.id.clone(),
-        spec: proposal.spec.clone(),
-        created_at: proposal.created_at,
-        policy: tenant.policy,
-        sops,
-        target,
-        others,
-        now,
-    })
+        .collect()
 }
 
 /// Whether an approval's facts still hold at commit: the cited SOP at the same

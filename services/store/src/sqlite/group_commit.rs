@@ -5,56 +5,21 @@
 //! the commit: OK still means durable.
 
 use sqlx::SqlitePool;
-use tokio::sync::{mpsc, oneshot};
 
 use super::proposals;
-use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome};
+use crate::StoreError;
+use crate::group_commit::{Group, Submitter};
 
-/// The most submissions one transaction takes.
-const MAX_GROUP: usize = 256;
-
-type Reply = oneshot::Sender<Result<(SubmitOutcome, Option<StoreEvent>)>>;
-
-#[derive(Debug, Clone)]
-pub struct Submitter {
-    jobs: mpsc::Sender<(NewProposal, Reply)>,
-}
-
-impl Submitter {
-    /// Starts the committer task on the writer pool.
-    pub fn start(writer: SqlitePool) -> Submitter {
-        let (jobs, rx) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(run(writer, rx));
-        Submitter { jobs }
-    }
-
-    pub async fn submit(&self, new: NewProposal) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send((new, reply))
-            .await
-            .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Unavailable("the submission was dropped".into()))?
-    }
-}
-
-async fn run(writer: SqlitePool, mut rx: mpsc::Receiver<(NewProposal, Reply)>) {
-    while let Some(first) = rx.recv().await {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
-        commit(&writer, group).await;
-    }
+/// Starts the committer on the writer pool.
+pub fn start(writer: SqlitePool) -> Submitter {
+    Submitter::start(move |group| {
+        let writer = writer.clone();
+        async move { commit(&writer, group).await }
+    })
 }
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-async fn commit(writer: &SqlitePool, group: Vec<(NewProposal, Reply)>) {
+async fn commit(writer: &SqlitePool, group: Group) {
     let mut tx = match writer.begin().await {
         Ok(tx) => tx,
         Err(error) => {

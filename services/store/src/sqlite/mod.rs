@@ -39,7 +39,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
-    submitter: group_commit::Submitter,
+    submitter: crate::group_commit::Submitter,
 }
 
 impl SqliteStore {
@@ -79,7 +79,7 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await?;
         let (events, _) = broadcast::channel(4096);
-        let submitter = group_commit::Submitter::start(writer.clone());
+        let submitter = group_commit::start(writer.clone());
         Ok(SqliteStore {
             writer,
             reader,

@@ -82,19 +82,10 @@ pub async fn insert(
     .await?;
     if inserted.rows_affected() == 1 {
         let event = events::signal(&new.tenant, &id, ProposalState::Pending);
-        let proposal = Proposal {
-            id,
-            tenant: new.tenant,
-            spec: new.spec,
-            state: ProposalState::Pending,
-            submitted_by: new.submitted_by,
-            created_at: now,
-            updated_at: now,
-            decision: None,
-            suppressed_retries: 0,
-            cancel_reason: None,
-        };
-        return Ok((SubmitOutcome::Created(proposal), Some(event)));
+        return Ok((
+            SubmitOutcome::Created(new.into_pending(id, now)),
+            Some(event),
+        ));
     }
     // The idempotency key was taken: the same spec is the same proposal.
     let key = key.unwrap_or_default();
