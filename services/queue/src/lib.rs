@@ -86,6 +86,13 @@ pub trait Queue: Send + Sync + 'static {
     /// [`Queue::depth`] per tenant with entries, with the age of the oldest
     /// (what the queue gauges sample).
     async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>>;
+    /// A signal that moves whenever this process enqueues an entry, for a
+    /// queue that cannot tell its workers otherwise (Redis: the publisher and
+    /// the workers of one process). None: the workers rely on the store's
+    /// submission events (the embedded queue) or their idle poll.
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 pub type DynQueue = Arc<dyn Queue>;

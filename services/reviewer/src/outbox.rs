@@ -15,7 +15,7 @@
 use std::{sync::Arc, time::Duration};
 
 use countersign_queue::{Queue, RedisQueue};
-use countersign_store::{DynStore, Outbox, ReviewKey};
+use countersign_store::{DynStore, Outbox};
 use tokio::{sync::watch, task::JoinSet};
 
 use crate::worker::submission;
@@ -54,24 +54,17 @@ pub struct Publisher {
 impl Publisher {
     /// Publishes one batch; returns how many rows it published.
     pub async fn publish_once(&self) -> Result<usize, Error> {
-        let keys = self.outbox.unpublished(self.config.batch).await?;
-        let mut published: Vec<ReviewKey> = Vec::with_capacity(keys.len());
-        let mut failure = None;
-        for key in keys {
-            match self.queue.enqueue(&key.tenant, &key.id).await {
-                Ok(()) => published.push(key),
-                Err(error) => {
-                    failure = Some(error);
-                    break;
-                }
-            }
-        }
+        let mut keys = self.outbox.unpublished(self.config.batch).await?;
+        let pairs: Vec<(&str, &str)> = keys
+            .iter()
+            .map(|k| (k.tenant.as_str(), k.id.as_str()))
+            .collect();
+        let (done, enqueued) = self.queue.enqueue_all(&pairs).await;
         // What reached Redis is marked even when a later enqueue failed.
-        self.outbox.mark_published(&published).await?;
-        match failure {
-            Some(error) => Err(error.into()),
-            None => Ok(published.len()),
-        }
+        keys.truncate(done);
+        self.outbox.mark_published(&keys).await?;
+        enqueued?;
+        Ok(keys.len())
     }
 
     pub async fn run(self, mut stop: watch::Receiver<bool>) {

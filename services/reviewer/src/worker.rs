@@ -65,6 +65,17 @@ pub(crate) async fn submission(events: &mut broadcast::Receiver<countersign_stor
     }
 }
 
+/// Resolves when this process enqueued an entry since it was last seen
+/// (never, for a queue without the signal).
+async fn enqueued_here(enqueued: &mut Option<watch::Receiver<u64>>) {
+    if let Some(rx) = enqueued
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// A recorded decision's series: by outcome, by each gate that failed, and
 /// how long the review took (REVIEWING to decision).
 fn record_metrics(decision: &Decision) {
@@ -88,8 +99,13 @@ fn key(lease: &Lease) -> ReviewKey {
 impl Worker {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut events = self.store.subscribe();
+        let mut enqueued = self.queue.enqueued();
         tracing::debug!(worker = %self.id, "reviewer started");
         while !*stop.borrow() {
+            // Seen before the fetch: an entry enqueued after it wakes the wait.
+            if let Some(enqueued) = &mut enqueued {
+                enqueued.borrow_and_update();
+            }
             let leases = match self
                 .queue
                 .fetch(&self.id, self.config.batch, self.config.lease)
@@ -109,6 +125,7 @@ impl Worker {
                 tokio::select! {
                     _ = stop.changed() => {}
                     () = submission(&mut events) => {}
+                    () = enqueued_here(&mut enqueued) => {}
                     () = tokio::time::sleep(self.config.idle_poll) => {}
                 }
                 continue;

@@ -130,3 +130,50 @@ async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
         "{dead:?}"
     );
 }
+
+#[tokio::test]
+async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("w.db").display());
+    let sqlite = SqliteStore::connect(&url).await.unwrap();
+    sqlite.migrate().await.unwrap();
+    let store: DynStore = Arc::new(sqlite);
+    store.create_tenant("acme").await.unwrap();
+    let queue = redis_queue().await;
+    let mut config = ReviewerConfig::with_workers(1);
+    // Far longer than the test may take: only the enqueue can wake it.
+    config.idle_poll = Duration::from_secs(3_600);
+    let reviewers = Reviewers::start(store.clone(), Arc::new(queue.clone()), config);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The submission's own event wakes the worker before the entry is in
+    // Redis (as when the publisher has not published yet); it finds nothing
+    // and waits again. The enqueue must wake it.
+    let id = store
+        .insert_proposal(NewProposal {
+            tenant: "acme".into(),
+            spec: spec("node-01"),
+            submitted_by: "tester".into(),
+            trace_parent: None,
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .id
+        .clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    queue.enqueue("acme", &id).await.unwrap();
+    let decided = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let p = store.get_proposal("acme", &id).await.unwrap().unwrap();
+            if p.state.is_terminal() {
+                return p;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("decided without waiting for the hour-long idle poll");
+    reviewers.shutdown().await;
+    assert!(decided.decision.is_some());
+}

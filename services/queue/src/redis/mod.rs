@@ -74,6 +74,8 @@ impl Default for RedisQueueOptions {
 pub struct RedisQueue {
     conn: ConnectionManager,
     options: RedisQueueOptions,
+    /// Moves on every enqueue from this process (`Queue::enqueued`).
+    enqueued: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for RedisQueue {
@@ -97,13 +99,49 @@ impl RedisQueue {
             .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_with_config(client, config).await?;
-        let queue = RedisQueue { conn, options };
+        let queue = RedisQueue {
+            conn,
+            options,
+            enqueued: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+        };
         let _: String = redis::cmd("PING").query_async(&mut queue.conn()).await?;
         Ok(queue)
     }
 
     pub fn options(&self) -> &RedisQueueOptions {
         &self.options
+    }
+
+    /// Enqueues entries in order and wakes this process's idle workers once,
+    /// after the last (or the first failure): woken at the first of many,
+    /// they would lease the batch one entry at a time. Returns how many went
+    /// in before a failure, and the failure.
+    pub async fn enqueue_all(&self, keys: &[(&str, &str)]) -> (usize, Result<()>) {
+        let mut done = 0;
+        let mut result = Ok(());
+        for (tenant, proposal_id) in keys {
+            if let Err(error) = self.enqueue_quietly(tenant, proposal_id).await {
+                result = Err(error);
+                break;
+            }
+            done += 1;
+        }
+        if done > 0 {
+            self.signal_enqueued();
+        }
+        (done, result)
+    }
+
+    #[tracing::instrument(name = "queue.redis.enqueue", skip(self))]
+    async fn enqueue_quietly(&self, tenant: &str, proposal_id: &str) -> Result<()> {
+        let mut call = self.call(&SCRIPTS.enqueue);
+        call.arg(tenant).arg(proposal_id);
+        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    fn signal_enqueued(&self) {
+        self.enqueued.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn conn(&self) -> ConnectionManager {
@@ -135,12 +173,14 @@ impl RedisQueue {
 
 #[async_trait]
 impl Queue for RedisQueue {
-    #[tracing::instrument(name = "queue.redis.enqueue", skip(self))]
     async fn enqueue(&self, tenant: &str, proposal_id: &str) -> Result<()> {
-        let mut call = self.call(&SCRIPTS.enqueue);
-        call.arg(tenant).arg(proposal_id);
-        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        self.enqueue_quietly(tenant, proposal_id).await?;
+        self.signal_enqueued();
         Ok(())
+    }
+
+    fn enqueued(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.enqueued.subscribe())
     }
 
     #[tracing::instrument(name = "queue.redis.fetch", skip(self, lease))]
