@@ -17,7 +17,7 @@ use countersign_queue::Peers;
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
 use tonic::transport::{Server, server::TcpIncoming};
-use tonic_health::{ServingStatus, server::HealthReporter};
+use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
 
 use crate::{
@@ -25,6 +25,7 @@ use crate::{
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, spawn_pump},
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer, TraceLayer},
+    probes::{probes, set_all},
     services::{
         AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
     },
@@ -118,12 +119,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
-        let (health, health_service) = tonic_health::server::health_reporter();
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .expect("the embedded descriptor sets are valid");
+        let (health, health_service, reflection) = probes(&[FILE_DESCRIPTOR_SET]);
 
         let directory = Arc::new(Directory::new(
             self.store.clone(),
@@ -188,13 +184,13 @@ impl Application {
             ))
         });
 
-        set_all(&health, ServingStatus::Serving).await;
+        set_all(&health, SERVICES, ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");
 
         let reporter = health.clone();
         let signal = async move {
             shutdown.await;
-            set_all(&reporter, ServingStatus::NotServing).await;
+            set_all(&reporter, SERVICES, ServingStatus::NotServing).await;
             // Streams never finish by themselves: end them, with their cursor.
             fanout.close();
             tracing::info!("shutting down: no new calls accepted");
@@ -223,11 +219,5 @@ impl Application {
             let _ = checkpoints.await;
         }
         Ok(())
-    }
-}
-
-async fn set_all(health: &HealthReporter, status: ServingStatus) {
-    for service in SERVICES {
-        health.set_service_status(*service, status).await;
     }
 }

@@ -9,6 +9,8 @@ use tokio::net::TcpListener;
 use tonic::transport::{Server, server::TcpIncoming};
 use tonic_health::ServingStatus;
 
+use crate::probes::{probes, set_all};
+
 pub struct HealthOnly {
     listener: TcpListener,
     addr: SocketAddr,
@@ -32,18 +34,12 @@ impl HealthOnly {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
-        let (health, health_service) = tonic_health::server::health_reporter();
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .expect("the embedded descriptor set is valid");
-        health.set_service_status("", ServingStatus::Serving).await;
+        let (health, health_service, reflection) = probes(&[]);
+        set_all(&health, &[""], ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, "health serving (worker role)");
         let signal = async move {
             shutdown.await;
-            health
-                .set_service_status("", ServingStatus::NotServing)
-                .await;
+            set_all(&health, &[""], ServingStatus::NotServing).await;
         };
         Server::builder()
             .add_service(health_service)

@@ -7,6 +7,7 @@ pub mod directory;
 pub mod fanout;
 mod health_only;
 pub mod layers;
+mod probes;
 pub mod services;
 pub mod suppression;
 pub mod trace_context;

@@ -65,6 +65,22 @@ impl NewProposal {
     }
 }
 
+/// A submission whose idempotency key is taken: the same spec (by digest) is
+/// the earlier proposal, another spec a conflict.
+pub(crate) fn same_spec_as_earlier(
+    key: &str,
+    earlier_id: &str,
+    earlier_digest: &str,
+    digest: &str,
+) -> Result<(), StoreError> {
+    if earlier_digest == digest {
+        return Ok(());
+    }
+    Err(StoreError::AlreadyExists(format!(
+        "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
+    )))
+}
+
 #[derive(Debug, Clone)]
 pub enum SubmitOutcome {
     Created(Proposal),

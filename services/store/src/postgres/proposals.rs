@@ -87,11 +87,7 @@ pub async fn earlier(
     .bind(&key)
     .fetch_one(&mut *conn)
     .await?;
-    if earlier_digest != row.digest {
-        return Err(StoreError::AlreadyExists(format!(
-            "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
-        )));
-    }
+    crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &row.digest)?;
     let proposal = fetch(conn, &new.tenant, &earlier_id)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;

@@ -96,11 +96,7 @@ pub async fn insert(
     .bind(&key)
     .fetch_one(&mut *conn)
     .await?;
-    if earlier_digest != digest {
-        return Err(StoreError::AlreadyExists(format!(
-            "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
-        )));
-    }
+    crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &digest)?;
     let proposal = fetch(conn, &new.tenant, &earlier_id)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
