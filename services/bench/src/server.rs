@@ -53,7 +53,11 @@ fn spawn(
         ])
         .arg("--data-dir")
         .arg(data_dir)
-        .env("RUST_LOG", "warn")
+        // The server's own log filter; `warn` unless the caller asks for more.
+        .env(
+            "RUST_LOG",
+            std::env::var("COUNTERSIGN_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(n) = reviewers {

@@ -78,6 +78,17 @@ async fn resume_in(
     })
 }
 
+/// Moves the batch's PENDING proposals to REVIEWING. The unary `+` keeps the
+/// planner on the primary key: left to itself it walked the state index
+/// through every pending proposal (66 ms a batch with 8,000 pending).
+const BEGIN: &str = "
+UPDATE proposals SET state = 'reviewing', review_started_at = ?1, updated_at = ?1
+FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id
+      FROM json_each(?2)) AS batch
+WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
+  AND +proposals.state = 'pending'
+RETURNING *";
+
 /// Starts the reviews of `items` in one transaction; answers in order.
 #[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn begin_many(
@@ -91,18 +102,11 @@ pub async fn begin_many(
         .iter()
         .map(|k| [k.tenant.as_str(), k.id.as_str()])
         .collect();
-    let rows = sqlx::query(
-        "UPDATE proposals SET state = 'reviewing', review_started_at = ?1, updated_at = ?1
-         FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id
-               FROM json_each(?2)) AS batch
-         WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
-           AND proposals.state = 'pending'
-         RETURNING *",
-    )
-    .bind(now)
-    .bind(serde_json::to_string(&keys).expect("keys serialize"))
-    .fetch_all(&mut *tx)
-    .await?;
+    let rows = sqlx::query(BEGIN)
+        .bind(now)
+        .bind(serde_json::to_string(&keys).expect("keys serialize"))
+        .fetch_all(&mut *tx)
+        .await?;
     let mut started = std::collections::HashMap::new();
     for row in &rows {
         let proposal = proposals::from_row(row)?;
@@ -532,4 +536,31 @@ pub async fn discarded(pool: &SqlitePool, tenant: &str, id: &str) -> Result<u64>
     .fetch_one(pool)
     .await?;
     Ok(n.max(0) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{SqliteStore, Store};
+
+    /// Beginning a batch looks its proposals up by primary key, whatever the
+    /// number of pending proposals.
+    #[tokio::test]
+    async fn beginning_a_batch_seeks_each_proposal_by_its_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {}", super::BEGIN))
+                .fetch_all(&store.writer_pool())
+                .await
+                .unwrap();
+        let steps: Vec<&str> = plan.iter().map(|(_, _, _, s)| s.as_str()).collect();
+        let reads: Vec<&&str> = steps.iter().filter(|s| s.contains("proposals")).collect();
+        assert_eq!(
+            reads,
+            [&"SEARCH proposals USING INDEX sqlite_autoindex_proposals_1 (id=?)"],
+            "{steps:#?}"
+        );
+    }
 }
