@@ -2,15 +2,16 @@
 //! PostgreSQL the outbox publisher and sweeper that feed the Redis queue.
 //!
 //! Roles on PostgreSQL + Redis: every role runs the publisher (the API's wakes
-//! on its own submissions; a worker's polls and so also covers an API replica
-//! that stopped before publishing); `worker` and `all` run the reviewers and
-//! the sweeper. Redis is connected in the background, so the API accepts (and
+//! on its own submissions and announces what it enqueued to the other
+//! processes, whose idle workers fetch at once; a worker's polls and so also
+//! covers an API replica that stopped before publishing); `worker` and `all`
+//! run the reviewers and the sweeper. Redis is connected in the background, so the API accepts (and
 //! the outbox keeps) submissions while Redis is unreachable.
 
 use std::sync::Arc;
 
 use countersign_queue::{PeerMessage, Peers, RedisPeers};
-use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers};
+use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers, relay_enqueued};
 use countersign_store::DynStore;
 use tokio::{
     sync::{
@@ -107,8 +108,11 @@ async fn run(
         store: store.clone(),
         outbox: production.store.clone(),
         queue: queue.clone(),
+        peers: Some(production.peers.clone()),
         config: production.outbox.clone(),
     };
+    // Another process's enqueue wakes this one's idle workers.
+    let relay = workers.then(|| relay_enqueued(queue.clone(), production.peers.clone()));
     let outbox = OutboxTasks::start(publisher, workers);
     let reviewers = workers.then(|| {
         tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
@@ -120,6 +124,9 @@ async fn run(
     }
     outbox.shutdown().await;
     announcer.abort();
+    if let Some(relay) = relay {
+        relay.abort();
+    }
     let _ = gauges.await;
 }
 

@@ -1,10 +1,11 @@
 //! What the processes of one deployment tell each other (production: through
 //! Redis). Two things travel: wake-ups — "events were committed", so every API
-//! replica's fan-out reads the event log now rather than at its next poll — and
+//! replica's fan-out reads the event log now rather than at its next poll, and
+//! "proposals were enqueued", so idle workers in every process fetch now — and
 //! suppression invalidations (an SOP or target changed on one replica). Delivery
-//! is at most once: the event log stays the record (a missed wake-up costs one
-//! poll interval) and a subscriber told [`PeerSignal::Reconnected`] must assume
-//! it missed invalidations.
+//! is at most once: the event log and the queue stay the record (a missed
+//! wake-up costs one poll interval) and a subscriber told
+//! [`PeerSignal::Reconnected`] must assume it missed invalidations.
 //!
 //! Beside the messages, the shared tier of the rejection cache: a rejection
 //! stored under its fingerprint answers a retry on any replica, including one
@@ -25,6 +26,8 @@ use crate::Result;
 pub enum PeerMessage {
     /// Events were committed: read the event log.
     Events,
+    /// Proposals were enqueued for review: idle workers, fetch.
+    Enqueued,
     /// A scope of `tenant` (`action:<a>`, `target:<t>` or `policy`) changed at `at`.
     Invalidate {
         tenant: String,

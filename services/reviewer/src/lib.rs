@@ -8,6 +8,7 @@ mod janitor;
 mod outbox;
 mod sequencer;
 mod trace_context;
+mod wake;
 mod worker;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::{sync::watch, task::JoinSet};
 pub use config::{Evaluator, ReviewerConfig};
 pub use outbox::{OutboxConfig, OutboxTasks, Publisher, Sweeper};
 pub use sequencer::Sequencer;
+pub use wake::{announce_enqueued, relay_enqueued};
 
 /// A running pool of workers and its janitor.
 pub struct Reviewers {

@@ -14,7 +14,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use countersign_queue::{Queue, RedisQueue};
+use countersign_queue::{Peers, Queue, RedisQueue};
 use countersign_store::{DynStore, Outbox};
 use tokio::{sync::watch, task::JoinSet};
 
@@ -48,6 +48,9 @@ pub struct Publisher {
     pub store: DynStore,
     pub outbox: Arc<dyn Outbox>,
     pub queue: Arc<RedisQueue>,
+    /// Where other processes hear that this one enqueued (their idle workers
+    /// fetch at once); `None` leaves them to their idle poll.
+    pub peers: Option<Arc<dyn Peers>>,
     pub config: OutboxConfig,
 }
 
@@ -60,6 +63,11 @@ impl Publisher {
             .map(|k| (k.tenant.as_str(), k.id.as_str()))
             .collect();
         let (done, enqueued) = self.queue.enqueue_all(&pairs).await;
+        if done > 0
+            && let Some(peers) = &self.peers
+        {
+            crate::announce_enqueued(peers.as_ref()).await;
+        }
         // What reached Redis is marked even when a later enqueue failed.
         keys.truncate(done);
         self.outbox.mark_published(&keys).await?;

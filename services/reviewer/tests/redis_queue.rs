@@ -13,30 +13,43 @@ use countersign_domain::{
     BlastRadius, OperationClass, ProposalSpec, ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{Queue, RedisQueue, RedisQueueOptions};
-use countersign_reviewer::{ReviewerConfig, Reviewers};
+use countersign_queue::{Queue, RedisPeers, RedisQueue, RedisQueueOptions};
+use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
 
 const REDIS_URL_VAR: &str = "COUNTERSIGN_TEST_REDIS_URL";
 
-async fn redis_queue() -> RedisQueue {
-    let url = std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| {
+fn redis_url() -> String {
+    std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| {
         panic!(
             "{REDIS_URL_VAR} is not set: these tests need a real redis-server. \
              Start one with `eval \"$(tests/services/redis.sh)\"` (tests/run does this)."
         )
-    });
+    })
+}
+
+/// A key prefix of this test's own.
+fn fresh_prefix() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
+    format!("countersign-test:reviewer-{}-{nanos}", std::process::id())
+}
+
+async fn redis_queue_at(prefix: &str) -> RedisQueue {
+    let url = redis_url();
     let options = RedisQueueOptions {
-        prefix: format!("countersign-test:reviewer-{}-{nanos}", std::process::id()),
+        prefix: prefix.to_owned(),
         ..RedisQueueOptions::default()
     };
     RedisQueue::connect(&url, options)
         .await
         .unwrap_or_else(|error| panic!("Redis at {url} ({REDIS_URL_VAR}) does not answer: {error}"))
+}
+
+async fn redis_queue() -> RedisQueue {
+    redis_queue_at(&fresh_prefix()).await
 }
 
 fn spec(target: &str) -> ProposalSpec {
@@ -131,25 +144,27 @@ async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
     );
 }
 
-#[tokio::test]
-async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() {
+/// A store with tenant `acme`, and workers that look for work no signal
+/// announced only after an hour: longer than any test may take.
+async fn acme_and_deaf_workers(
+    queue: countersign_queue::DynQueue,
+) -> (DynStore, Reviewers, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("w.db").display());
     let sqlite = SqliteStore::connect(&url).await.unwrap();
     sqlite.migrate().await.unwrap();
     let store: DynStore = Arc::new(sqlite);
     store.create_tenant("acme").await.unwrap();
-    let queue = redis_queue().await;
     let mut config = ReviewerConfig::with_workers(1);
-    // Far longer than the test may take: only the enqueue can wake it.
     config.idle_poll = Duration::from_secs(3_600);
-    let reviewers = Reviewers::start(store.clone(), Arc::new(queue.clone()), config);
+    let reviewers = Reviewers::start(store.clone(), queue, config);
     tokio::time::sleep(Duration::from_millis(300)).await;
+    (store, reviewers, dir)
+}
 
-    // The submission's own event wakes the worker before the entry is in
-    // Redis (as when the publisher has not published yet); it finds nothing
-    // and waits again. The enqueue must wake it.
-    let id = store
+/// Stores a proposal of `acme` without enqueueing it; returns its id.
+async fn stored(store: &DynStore) -> String {
+    store
         .insert_proposal(NewProposal {
             tenant: "acme".into(),
             spec: spec("node-01"),
@@ -160,12 +175,14 @@ async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() 
         .unwrap()
         .proposal()
         .id
-        .clone();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    queue.enqueue("acme", &id).await.unwrap();
+        .clone()
+}
+
+/// Waits (up to 30 s, far below the idle poll) for the proposal's decision.
+async fn decided_before_the_idle_poll(store: &DynStore, id: &str) {
     let decided = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            let p = store.get_proposal("acme", &id).await.unwrap().unwrap();
+            let p = store.get_proposal("acme", id).await.unwrap().unwrap();
             if p.state.is_terminal() {
                 return p;
             }
@@ -174,6 +191,47 @@ async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() 
     })
     .await
     .expect("decided without waiting for the hour-long idle poll");
-    reviewers.shutdown().await;
     assert!(decided.decision.is_some());
+}
+
+#[tokio::test]
+async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() {
+    let queue = redis_queue().await;
+    let (store, reviewers, _dir) = acme_and_deaf_workers(Arc::new(queue.clone())).await;
+    // The submission's own event wakes the worker before the entry is in
+    // Redis (as when the publisher has not published yet); it finds nothing
+    // and waits again. The enqueue must wake it.
+    let id = stored(&store).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    queue.enqueue("acme", &id).await.unwrap();
+    decided_before_the_idle_poll(&store, &id).await;
+    reviewers.shutdown().await;
+}
+
+/// An API replica and a worker process, each with its own queue client and
+/// peers subscription on one Redis: the API's enqueue, announced, wakes the
+/// other process's idle worker.
+#[tokio::test]
+async fn an_idle_worker_wakes_when_another_process_enqueues_not_at_its_next_poll() {
+    let prefix = fresh_prefix();
+    let (api_queue, worker_queue) = (redis_queue_at(&prefix).await, redis_queue_at(&prefix).await);
+    let timeout = Duration::from_secs(5);
+    let api_peers = RedisPeers::new(&redis_url(), &prefix, timeout).unwrap();
+    let worker_peers = RedisPeers::new(&redis_url(), &prefix, timeout).unwrap();
+    assert!(api_peers.subscribed(timeout).await && worker_peers.subscribed(timeout).await);
+    let worker_queue = Arc::new(worker_queue);
+    let relay = relay_enqueued(worker_queue.clone(), worker_peers.clone());
+    let (store, reviewers, _dir) = acme_and_deaf_workers(worker_queue).await;
+
+    let id = stored(&store).await;
+    // The worker has had every local reason to look, and found nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // What the API replica's publisher does: enqueue, then announce.
+    let (done, enqueued) = api_queue.enqueue_all(&[("acme", id.as_str())]).await;
+    assert_eq!(done, 1);
+    enqueued.unwrap();
+    announce_enqueued(api_peers.as_ref()).await;
+    decided_before_the_idle_poll(&store, &id).await;
+    reviewers.shutdown().await;
+    relay.abort();
 }

@@ -89,7 +89,7 @@ pub fn spawn_listener(suppression: Arc<Suppression>, peers: Arc<dyn Peers>) -> J
                         None => tracing::warn!(%scope, "suppression: unknown scope from a peer"),
                     }
                 }
-                Ok(PeerSignal::Message(PeerMessage::Events)) => {}
+                Ok(PeerSignal::Message(PeerMessage::Events | PeerMessage::Enqueued)) => {}
                 Ok(PeerSignal::Reconnected) | Err(RecvError::Lagged(_)) => {
                     suppression.forget_cached();
                 }

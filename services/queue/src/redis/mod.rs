@@ -144,6 +144,12 @@ impl RedisQueue {
         self.enqueued.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Wakes this process's idle workers as its own enqueue does: another
+    /// process said it enqueued (`PeerMessage::Enqueued`).
+    pub fn wake_idle_workers(&self) {
+        self.signal_enqueued();
+    }
+
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
     }
