@@ -400,11 +400,6 @@ async fn submit_decide_on(
     load: &LoadArgs,
     production: Option<Production>,
 ) -> anyhow::Result<Report> {
-    if production.is_some() && load.growth.is_some() {
-        anyhow::bail!(
-            "--growth seeds the SQLite file directly: not available with --production yet"
-        );
-    }
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
     let (mut baselines, limits) = limits(args, production.as_ref()).await?;
@@ -433,13 +428,20 @@ async fn submit_decide_on(
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
         server.stop();
-        let seeded = crate::growth::seed_decided(
-            &server.data_dir.path().join("countersign.db"),
-            0,
-            rows,
-            pool,
-        )
-        .await?;
+        let seeded = match &server.production {
+            Some(production) => {
+                crate::growth::seed_decided_postgres(&production.owner_url, 0, rows, pool).await?
+            }
+            None => {
+                crate::growth::seed_decided(
+                    &server.data_dir.path().join("countersign.db"),
+                    0,
+                    rows,
+                    pool,
+                )
+                .await?
+            }
+        };
         baselines.insert(
             "growth_seed_rows_per_s".to_owned(),
             rows as f64 / seeded.as_secs_f64(),

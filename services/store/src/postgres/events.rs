@@ -149,9 +149,15 @@ pub async fn prune(pool: &PgPool, created_before: Millis) -> Result<u64> {
 
 async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     let mut tx = scope::system(pool).await?;
-    // From the head of the log (the oldest events, by cursor).
+    // From the head of the log (the oldest events, by cursor). The head starts
+    // past what was pruned: the index keeps the deleted entries until vacuum
+    // reaches them, and walking them made each slice slower than the last
+    // (300 ms a slice while a million expired events went).
     let through: Option<i64> = sqlx::query_scalar(
-        "SELECT MAX(cursor) FROM (SELECT cursor, created_at FROM events ORDER BY cursor LIMIT $1) s
+        "SELECT MAX(cursor) FROM (
+             SELECT cursor, created_at FROM events
+             WHERE cursor > (SELECT pruned_through FROM event_retention WHERE id = 1)
+             ORDER BY cursor LIMIT $1) s
          WHERE created_at < $2",
     )
     .bind(PRUNE_SLICE)

@@ -7,6 +7,8 @@
 //! [`PostgresStore::migrate_as_owner`] (`countersign migrate`).
 
 mod audit;
+#[doc(hidden)]
+pub use audit::{IN_COMMIT_ORDER, NEXT_DECISIONS};
 mod events;
 mod group_commit;
 mod keys;
