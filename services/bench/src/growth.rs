@@ -26,6 +26,15 @@ pub fn seeded_at(i: u64) -> i64 {
     (now / day - 30) * day + i as i64
 }
 
+/// Each seeded proposal's decision (the caller adds `FROM proposals WHERE …`).
+const DECISIONS_OF_SEEDED: &str = "INSERT INTO decisions (proposal_id, tenant, outcome, reason,
+        agent_message, sop_id, sop_version, rollback_path, gates_json, missing_gates_json,
+        reviewer, decided_at, summary, review_latency_ms)
+    SELECT id, tenant, CASE state WHEN 'approved' THEN 'approve' ELSE 'reject' END,
+           'seeded', 'seeded', 'SOP-BENCH', 1, 'start it again', '[]',
+           CASE state WHEN 'approved' THEN '[]' ELSE '[\"target_state\"]' END,
+           'seed', decided_at, 'Decision: seeded', 1";
+
 /// The spec every seeded proposal carries.
 fn seeded_spec() -> String {
     serde_json::json!({
@@ -76,16 +85,10 @@ pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::R
         .bind(base)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms)
-             SELECT id, tenant, CASE state WHEN 'approved' THEN 'approve' ELSE 'reject' END,
-                    'seeded', 'seeded', 'SOP-BENCH', 1, 'start it again', '[]',
-                    CASE state WHEN 'approved' THEN '[]' ELSE '[\"target_state\"]' END,
-                    'seed', decided_at, 'Decision: seeded', 1
-             FROM proposals WHERE id >= printf('SEED%022d', ?1) AND id < printf('SEED%022d', ?2)",
-        )
+        sqlx::query(&format!(
+            "{DECISIONS_OF_SEEDED}
+             FROM proposals WHERE id >= printf('SEED%022d', ?1) AND id < printf('SEED%022d', ?2)"
+        ))
         .bind(from as i64)
         .bind(to as i64)
         .execute(&mut *tx)
@@ -148,18 +151,12 @@ pub async fn seed_decided_postgres(
         .bind(base)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms)
-             SELECT id, tenant, CASE state WHEN 'approved' THEN 'approve' ELSE 'reject' END,
-                    'seeded', 'seeded', 'SOP-BENCH', 1, 'start it again', '[]',
-                    CASE state WHEN 'approved' THEN '[]' ELSE '[\"target_state\"]' END,
-                    'seed', decided_at, 'Decision: seeded', 1
+        sqlx::query(&format!(
+            "{DECISIONS_OF_SEEDED}
              FROM proposals
              WHERE id >= 'SEED' || lpad($1::text, 22, '0') AND id < 'SEED' || lpad($2::text, 22, '0')
-             ORDER BY id",
-        )
+             ORDER BY id"
+        ))
         .bind(from as i64)
         .bind(end as i64)
         .execute(&mut *tx)
