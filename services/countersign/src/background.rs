@@ -5,8 +5,9 @@
 //! on its own submissions and announces what it enqueued to the other
 //! processes, whose idle workers fetch at once; a worker's polls and so also
 //! covers an API replica that stopped before publishing); `worker` and `all`
-//! run the reviewers and the sweeper. Redis is connected in the background, so the API accepts (and
-//! the outbox keeps) submissions while Redis is unreachable.
+//! run the reviewers and the sweeper. Redis is connected in the background, so
+//! the API accepts (and the outbox keeps) submissions while Redis is
+//! unreachable.
 
 use std::sync::Arc;
 
