@@ -26,6 +26,11 @@ pub fn seeded_at(i: u64) -> i64 {
     (now / day - 30) * day + i as i64
 }
 
+/// The seeded proposals' columns (the caller adds the `SELECT` of its dialect).
+const SEEDED_PROPOSALS: &str = "INSERT INTO proposals (id, tenant, action, class, target,
+        blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at,
+        updated_at, review_started_at, decided_at)";
+
 /// Each seeded proposal's decision (the caller adds `FROM proposals WHERE …`).
 const DECISIONS_OF_SEEDED: &str = "INSERT INTO decisions (proposal_id, tenant, outcome, reason,
         agent_message, sop_id, sop_version, rollback_path, gates_json, missing_gates_json,
@@ -67,17 +72,15 @@ pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::R
         let to = (from + SLICE).min(n);
         let mut tx = conn.begin().await?;
         // The insert triggers write each proposal's queue entry and event.
-        sqlx::query(
+        sqlx::query(&format!(
             "WITH RECURSIVE s(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?2)
-             INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-                 spec_json, spec_digest, state, submitted_by, created_at, updated_at,
-                 review_started_at, decided_at)
+             {SEEDED_PROPOSALS}
              SELECT printf('SEED%022d', i), 'default', 'bench_restart', 'write',
                     'bench-' || (i % ?3), 'single_device', 'bench', ?4, printf('%064d', i),
                     CASE WHEN i % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
                     ?5 + i, ?5 + i, ?5 + i, ?5 + i
-             FROM s",
-        )
+             FROM s"
+        ))
         .bind(from as i64)
         .bind(to as i64)
         .bind(pool.max(1) as i64)
@@ -107,10 +110,9 @@ pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::R
 
 /// [`seed_decided`] on PostgreSQL, as the owner role (`owner_url`): each slice
 /// is one transaction that sets its tenant (the tables force row-level
-/// security on their owner too). The insert triggers
-/// write each proposal's event (under the event-log lock) and queue entry,
-/// which the slice then deletes: the seed is decided, nothing is left to
-/// publish. The decisions draw their commit order, so the server's sequencer
+/// security on their owner too). The insert triggers write each proposal's
+/// event (under the event-log lock) and queue entry, which the slice then
+/// deletes: the seed is decided, nothing is left to publish. The decisions draw their commit order, so the server's sequencer
 /// chains them into the audit log as it would its own.
 pub async fn seed_decided_postgres(
     owner_url: &str,
@@ -134,16 +136,14 @@ pub async fn seed_decided_postgres(
         sqlx::query("SELECT set_config('app.tenant_id', 'default', true)")
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-                 spec_json, spec_digest, state, submitted_by, created_at, updated_at,
-                 review_started_at, decided_at)
+        sqlx::query(&format!(
+            "{SEEDED_PROPOSALS}
              SELECT 'SEED' || lpad(i::text, 22, '0'), 'default', 'bench_restart', 'write',
                     'bench-' || (i % $3), 'single_device', 'bench', $4, lpad(i::text, 64, '0'),
                     CASE WHEN i % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
                     $5 + i, $5 + i, $5 + i, $5 + i
-             FROM generate_series($1::bigint, $2::bigint - 1) AS i",
-        )
+             FROM generate_series($1::bigint, $2::bigint - 1) AS i"
+        ))
         .bind(from as i64)
         .bind(end as i64)
         .bind(pool.max(1) as i64)

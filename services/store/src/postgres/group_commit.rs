@@ -64,6 +64,11 @@ async fn together(pool: &PgPool, news: &[NewProposal]) -> Result<Vec<Inserted>> 
         .collect())
 }
 
+/// One field of every row, as the array `unnest` takes.
+fn column<'a, T, V>(rows: &'a [T], field: impl Fn(&'a T) -> V) -> Vec<V> {
+    rows.iter().map(field).collect()
+}
+
 /// One tenant's proposals in one statement (the transaction in its scope,
 /// the event log locked). A submission whose idempotency key is taken is
 /// answered from the earlier proposal, as a single insert would be.
@@ -86,49 +91,17 @@ async fn insert_many(conn: &mut PgConnection, news: &[&NewProposal]) -> Result<V
     )
     .bind(&news[0].tenant)
     .bind(now)
-    .bind(rows.iter().map(|r| r.id.as_str()).collect::<Vec<_>>())
-    .bind(
-        news.iter()
-            .map(|n| n.spec.action.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        news.iter()
-            .map(|n| n.spec.class.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        news.iter()
-            .map(|n| n.spec.target.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        news.iter()
-            .map(|n| n.spec.blast_radius.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        news.iter()
-            .map(|n| n.spec.operator.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        rows.iter()
-            .map(|r| r.spec_json.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(rows.iter().map(|r| r.digest.as_str()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.key.as_deref()).collect::<Vec<_>>())
-    .bind(
-        news.iter()
-            .map(|n| n.submitted_by.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        news.iter()
-            .map(|n| n.trace_parent.as_deref())
-            .collect::<Vec<_>>(),
-    )
+    .bind(column(&rows, |r| r.id.as_str()))
+    .bind(column(news, |n| n.spec.action.as_str()))
+    .bind(column(news, |n| n.spec.class.as_str()))
+    .bind(column(news, |n| n.spec.target.as_str()))
+    .bind(column(news, |n| n.spec.blast_radius.as_str()))
+    .bind(column(news, |n| n.spec.operator.as_str()))
+    .bind(column(&rows, |r| r.spec_json.as_str()))
+    .bind(column(&rows, |r| r.digest.as_str()))
+    .bind(column(&rows, |r| r.key.as_deref()))
+    .bind(column(news, |n| n.submitted_by.as_str()))
+    .bind(column(news, |n| n.trace_parent.as_deref()))
     .fetch_all(&mut *conn)
     .await?;
     let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
