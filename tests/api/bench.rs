@@ -153,6 +153,14 @@ fn a_tiny_suppressed_run_answers_every_retry_from_the_cache() {
     let report = bench(&["suppressed", "--submits", "200", "--clients", "4"]);
     assert_eq!(report["outcomes"]["suppressed"], 200, "{report}");
     assert_eq!(report["latencies"]["suppressed submit"]["count"], 200);
+    // The transport floor, measured from the same clients in the same run.
+    assert_eq!(report["latencies"]["health check (floor)"]["count"], 200);
+    assert!(
+        report["baselines"]["grpc_health_checks_per_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0
+    );
 }
 
 #[test]

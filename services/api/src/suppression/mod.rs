@@ -74,13 +74,32 @@ pub struct Suppression {
     tier: Box<dyn SuppressionTier>,
     /// When each scope last changed, per tenant.
     changes: Mutex<HashMap<(String, Scope), Millis>>,
-    /// Retries answered since the last flush, per earlier proposal.
-    retries: Mutex<HashMap<(String, String), u64>>,
+    /// Retries answered since the last flush, per tenant and earlier proposal
+    /// (two levels, so that counting one more allocates nothing).
+    retries: Mutex<HashMap<String, HashMap<String, u64>>>,
     breakers: Mutex<HashMap<(String, String), Breaker>>,
     /// The policy each tenant had at its last submission.
     policies: Mutex<HashMap<String, TenantPolicy>>,
     /// The tier other replicas share, and how they hear of changes.
     peers: Option<Arc<dyn Peers>>,
+}
+
+fn add_retries(
+    retries: &mut HashMap<String, HashMap<String, u64>>,
+    tenant: &str,
+    id: &str,
+    n: u64,
+) {
+    let ids = match retries.get_mut(tenant) {
+        Some(ids) => ids,
+        None => retries.entry(tenant.to_owned()).or_default(),
+    };
+    match ids.get_mut(id) {
+        Some(count) => *count += n,
+        None => {
+            ids.insert(id.to_owned(), n);
+        }
+    }
 }
 
 fn millis(d: Duration) -> Millis {
@@ -177,12 +196,12 @@ impl Suppression {
     }
 
     fn count_retry(&self, tenant: &str, entry: &Entry) {
-        *self
-            .retries
-            .lock()
-            .expect("retries")
-            .entry((tenant.to_owned(), entry.proposal.id.clone()))
-            .or_default() += 1;
+        add_retries(
+            &mut self.retries.lock().expect("retries"),
+            tenant,
+            &entry.proposal.id,
+            1,
+        );
         metrics::counter!("countersign_suppressed_total", "tenant" => tenant.to_owned())
             .increment(1);
     }
@@ -296,7 +315,12 @@ impl Suppression {
     pub fn take_retries(&self) -> Vec<(ReviewKey, u64)> {
         std::mem::take(&mut *self.retries.lock().expect("retries"))
             .into_iter()
-            .map(|((tenant, id), n)| (ReviewKey { tenant, id }, n))
+            .flat_map(|(tenant, ids)| {
+                ids.into_iter().map(move |(id, n)| {
+                    let tenant = tenant.clone();
+                    (ReviewKey { tenant, id }, n)
+                })
+            })
             .collect()
     }
 
@@ -304,7 +328,7 @@ impl Suppression {
     pub fn restore_retries(&self, counts: Vec<(ReviewKey, u64)>) {
         let mut retries = self.retries.lock().expect("retries");
         for (key, n) in counts {
-            *retries.entry((key.tenant, key.id)).or_default() += n;
+            add_retries(&mut retries, &key.tenant, &key.id, n);
         }
     }
 
