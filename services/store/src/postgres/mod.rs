@@ -16,6 +16,8 @@ mod outbox;
 mod proposals;
 mod reference;
 mod review;
+#[doc(hidden)]
+pub use review::candidates_query;
 mod roles;
 mod scope;
 mod suppression;
