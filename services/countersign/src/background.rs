@@ -7,7 +7,8 @@
 //! covers an API replica that stopped before publishing); `worker` and `all`
 //! run the reviewers and the sweeper. Redis is connected in the background, so
 //! the API accepts (and the outbox keeps) submissions while Redis is
-//! unreachable.
+//! unreachable. On PostgreSQL every role also keeps the planner's statistics
+//! current (`statistics`).
 
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ use tokio::{
 use crate::{
     backends::{Backends, Production},
     config::Role,
-    queue_gauges,
+    queue_gauges, statistics,
 };
 
 pub enum Background {
@@ -36,7 +37,8 @@ pub enum Background {
     },
     Production {
         stop: watch::Sender<bool>,
-        /// One task; a set so that dropping it (the grace period over) aborts it.
+        /// The reviewers and outbox, and the statistics keeper; a set so that
+        /// dropping it (the grace period over) aborts them.
         task: JoinSet<()>,
     },
 }
@@ -61,6 +63,7 @@ impl Background {
             Backends::Production(production) => {
                 let (stop, stopped) = watch::channel(false);
                 let mut task = JoinSet::new();
+                task.spawn(statistics::keep(production.store.clone(), stopped.clone()));
                 task.spawn(run(production, workers, config, stopped));
                 Background::Production { stop, task }
             }

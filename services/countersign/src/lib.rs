@@ -16,5 +16,6 @@ pub mod serve;
 pub mod settings;
 pub mod signing;
 pub mod spec_input;
+pub mod statistics;
 pub mod telemetry;
 pub mod watch;

@@ -156,6 +156,13 @@ pub trait Store: Send + Sync + 'static {
     async fn event_horizon(&self) -> Result<EventHorizon>;
     /// Deletes events committed before `created_before`; returns how many.
     async fn prune_events(&self, created_before: Millis) -> Result<u64>;
+    /// Refreshes the planner's statistics of tables that grew or changed a
+    /// lot since they were last gathered; returns how many tables it did.
+    /// PostgreSQL only: SQLite plans without statistics (no ANALYZE ever
+    /// runs; the plans that matter are pinned by tests), so it does nothing.
+    async fn refresh_statistics(&self) -> Result<u64> {
+        Ok(0)
+    }
 
     /// Adds suppressed retries to rejected proposals and logs one SUPPRESSED
     /// event for each, in one transaction (a batch of retries, one write).

@@ -8,6 +8,21 @@ use countersign_store::postgres::{IN_COMMIT_ORDER, NEXT_DECISIONS, candidates_qu
 use sqlx::Connection;
 use support::TestDatabase;
 
+/// Puts a transaction in a row-level-security scope (`system`, or a tenant's
+/// when `scope` is empty), planning every statement for its parameters as the
+/// store's connections do.
+async fn scoped(conn: &mut sqlx::PgConnection, scope: &str, tenant: &str) {
+    sqlx::query(
+        "SELECT set_config('app.scope', $1, true), set_config('app.tenant_id', $2, true),
+                set_config('plan_cache_mode', 'force_custom_plan', true)",
+    )
+    .bind(scope)
+    .bind(tenant)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
 /// The sequencer reads the next decisions by walking the commit-order index,
 /// in system scope, with the parameters it binds: never a scan of the table
 /// (3 s a batch at 1,000,000 decisions, when the planner chose one).
@@ -16,13 +31,7 @@ async fn the_sequencer_reads_the_next_decisions_along_the_commit_order_index() {
     let db = TestDatabase::migrated().await;
     let mut conn = db.app_connection().await;
     let mut tx = conn.begin().await.unwrap();
-    sqlx::query(
-        "SELECT set_config('app.scope', 'system', true), set_config('app.tenant_id', '', true),
-                set_config('plan_cache_mode', 'force_custom_plan', true)",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    scoped(&mut tx, "system", "").await;
     sqlx::query(IN_COMMIT_ORDER)
         .execute(&mut *tx)
         .await
@@ -52,13 +61,7 @@ async fn the_parallel_operation_facts_read_proposals_once_per_branch_even_on_a_y
     let db = TestDatabase::migrated().await;
     let mut conn = db.app_connection().await;
     let mut tx = conn.begin().await.unwrap();
-    sqlx::query(
-        "SELECT set_config('app.scope', '', true), set_config('app.tenant_id', 'acme', true),
-                set_config('plan_cache_mode', 'force_custom_plan', true)",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    scoped(&mut tx, "", "acme").await;
     for (tenant_wide, branches) in [(false, 4), (true, 6)] {
         let plan: Vec<String> =
             sqlx::query_scalar(&format!("EXPLAIN {}", candidates_query(tenant_wide, false)))
@@ -76,4 +79,78 @@ async fn the_parallel_operation_facts_read_proposals_once_per_branch_even_on_a_y
         );
         assert!(!plan.contains("Semi Join"), "{plan}");
     }
+}
+
+/// The plan of a batch read by key (the decision transaction's first read), as
+/// the service role sees it in `tenant`'s scope.
+async fn plan_of_a_batch_read_by_key(conn: &mut sqlx::PgConnection, tenant: &str) -> String {
+    let mut tx = conn.begin().await.unwrap();
+    scoped(&mut tx, "", tenant).await;
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT id, state, target FROM proposals WHERE tenant = $1 AND id = ANY($2)
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(tenant)
+    // A reviewer's batch: 16 proposals.
+    .bind(
+        (0..16)
+            .map(|i| format!("P{:026}", 40 + i))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    plan.join("\n")
+}
+
+/// On a young table the planner knows no tenant's share of the rows, reads a
+/// batch by `tenant` alone (a pass over all of the tenant's rows) and keeps
+/// doing so until autovacuum's next turn. The store refreshes the statistics
+/// on its own clock, as the service role (which may not ANALYZE: it does not
+/// own the tables), and the batch is read by key from then on.
+#[tokio::test]
+async fn refreshed_statistics_turn_a_young_tables_batch_reads_into_key_reads() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    store.create_tenant("acme").await.unwrap();
+    let mut owner = db.owner_connection().await;
+    // Only this test's refresh may analyse the table.
+    sqlx::query("ALTER TABLE proposals SET (autovacuum_enabled = false)")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let mut tx = owner.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'acme', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, state, submitted_by, created_at, updated_at)
+         SELECT 'P' || lpad(i::text, 26, '0'), 'acme', 'restart', 'write', 'node-' || (i % 50),
+                'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i
+         FROM generate_series(1, 5000) AS i",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    // A backend reports its counts when it ends (or after 10 s idle).
+    owner.close().await.unwrap();
+
+    let mut conn = db.app_connection().await;
+    let before = plan_of_a_batch_read_by_key(&mut conn, "acme").await;
+    assert!(!before.contains("Index Cond: (id = ANY"), "{before}");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut analysed = 0;
+    while analysed == 0 {
+        assert!(std::time::Instant::now() < deadline, "nothing was analysed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        analysed = store.refresh_statistics().await.unwrap();
+    }
+    let after = plan_of_a_batch_read_by_key(&mut conn, "acme").await;
+    assert!(after.contains("Index Cond: (id = ANY"), "{after}");
+    // Nothing changed since: nothing to do.
+    assert_eq!(store.refresh_statistics().await.unwrap(), 0);
 }

@@ -20,6 +20,7 @@ mod review;
 pub use review::candidates_query;
 mod roles;
 mod scope;
+mod statistics;
 mod suppression;
 mod tenants;
 
@@ -299,6 +300,10 @@ impl Store for PostgresStore {
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {
         events::prune(&self.pool, created_before).await
+    }
+
+    async fn refresh_statistics(&self) -> Result<u64> {
+        statistics::refresh(&self.pool).await
     }
 
     async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
