@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
-use countersign_store::{DynStore, NewProposal};
+use countersign_domain::{BlastRadius, EventKind, OperationClass, ProposalSpec};
+use countersign_store::{DynStore, NewProposal, ReviewKey, StoreError};
 use sqlx::Connection;
 use support::TestDatabase;
 
@@ -198,4 +198,171 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
     assert_eq!(seen, everything, "the follower read every event, in order");
     let horizon = store.event_horizon().await.unwrap();
     assert_eq!(horizon.latest, *everything.last().unwrap());
+}
+
+/// A state change's event is written when its transaction commits, so the
+/// event log's lock is held through the commit alone: another writer is not
+/// held up by a transaction that is still working, and the late event takes
+/// a cursor after those that committed first.
+#[tokio::test]
+async fn a_state_change_in_an_open_transaction_holds_up_no_other_writer() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let earlier = store
+        .insert_proposal(new_proposal("a"))
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+
+    // Tenant a's transaction changes a proposal's state and stays open.
+    let mut conn = db.app_connection().await;
+    let mut slow = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    let changed = sqlx::query(
+        "UPDATE proposals SET state = 'cancelled', updated_at = 2 WHERE tenant = 'a' AND id = $1",
+    )
+    .bind(&earlier.id)
+    .execute(&mut *slow)
+    .await
+    .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+
+    // Tenant b's submission commits meanwhile.
+    let fast = tokio::time::timeout(
+        Duration::from_secs(5),
+        store.insert_proposal(new_proposal("b")),
+    )
+    .await
+    .expect("a submission is not held up by another transaction's open state change")
+    .unwrap();
+    assert_eq!(store.events_after(0, None, 100).await.unwrap().len(), 2);
+
+    slow.commit().await.unwrap();
+    let events = store.events_after(0, None, 100).await.unwrap();
+    let order: Vec<(&str, EventKind)> = events
+        .iter()
+        .map(|e| (e.proposal.id.as_str(), e.kind))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (earlier.id.as_str(), EventKind::Submitted),
+            (fast.proposal().id.as_str(), EventKind::Submitted),
+            (earlier.id.as_str(), EventKind::Cancelled),
+        ]
+    );
+    assert!(events.windows(2).all(|w| w[0].cursor < w[1].cursor));
+}
+
+fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
+    let verdict = countersign_domain::gates::Verdict {
+        gates: countersign_domain::gates::GATES
+            .iter()
+            .map(|g| countersign_domain::GateResult {
+                gate: (*g).into(),
+                passed: *g != "target_state",
+                detail: "checked".into(),
+            })
+            .collect(),
+        sop: None,
+        rollback_path: None,
+    };
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: countersign_domain::now_ms(),
+        latency_ms: 1,
+    };
+    countersign_domain::review::decide(&verdict, spec, stamp)
+}
+
+/// What a racing operation may answer: done, or refused because another got
+/// there first. A database error (a deadlock above all) is neither.
+fn settled<T>(result: countersign_store::Result<T>) {
+    match result {
+        Ok(_)
+        | Err(StoreError::FailedPrecondition(_))
+        | Err(StoreError::NotFound(_))
+        | Err(StoreError::AlreadyExists(_)) => {}
+        Err(other) => panic!("a racing operation failed: {other}"),
+    }
+}
+
+/// Every writer takes the event log's lock last, after its row locks, so
+/// writers racing over the same proposals of two tenants (batches of starts
+/// and of decisions that span both, cancels, counted retries, breakers that
+/// trip) wait for one another but never deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() {
+    let db = TestDatabase::migrated().await;
+    let store: DynStore = std::sync::Arc::new(
+        countersign_store::PostgresStore::connect_with(&db.app_url, 12)
+            .await
+            .unwrap(),
+    );
+    for tenant in ["a", "b"] {
+        store.create_tenant(tenant).await.unwrap();
+    }
+    for round in 0..12 {
+        let mut keys = Vec::new();
+        let mut specs = Vec::new();
+        for i in 0..8 {
+            let tenant = if i % 2 == 0 { "a" } else { "b" };
+            let p = store
+                .insert_proposal(new_proposal(tenant))
+                .await
+                .unwrap()
+                .proposal()
+                .clone();
+            keys.push(ReviewKey {
+                tenant: tenant.into(),
+                id: p.id,
+            });
+            specs.push(p.spec);
+        }
+        // Two batches over the same proposals, in opposite orders.
+        let mut reversed = keys.clone();
+        reversed.reverse();
+        let mut racers = tokio::task::JoinSet::new();
+        for batch in [keys.clone(), reversed] {
+            let store = store.clone();
+            racers.spawn(async move { settled(store.begin_reviews(&batch, "w").await) });
+        }
+        for key in keys.iter().skip(round % 3).step_by(3) {
+            let (store, key) = (store.clone(), key.clone());
+            racers.spawn(async move {
+                settled(store.cancel_proposal(&key.tenant, &key.id, "race").await)
+            });
+        }
+        for half in [keys.iter().rev().collect::<Vec<_>>(), keys.iter().collect()] {
+            let items: Vec<_> = half
+                .into_iter()
+                .map(|k| {
+                    let spec = &specs[keys.iter().position(|x| x == k).unwrap()];
+                    (k.clone(), rejection(spec))
+                })
+                .collect();
+            let store = store.clone();
+            racers.spawn(async move { settled(store.record_decisions(items).await) });
+        }
+        let counted: Vec<(ReviewKey, u64)> = keys.iter().map(|k| (k.clone(), 1)).collect();
+        let suppressed = store.clone();
+        racers.spawn(async move { settled(suppressed.record_suppressed(counted).await) });
+        while let Some(joined) = racers.join_next().await {
+            joined.unwrap();
+        }
+    }
+    // Every proposal ended in exactly one terminal state, with its event.
+    let events = store.events_after(0, None, 10_000).await.unwrap();
+    assert!(events.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    let ends = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Rejected | EventKind::Cancelled))
+        .count();
+    assert_eq!(ends, 12 * 8, "one end per proposal");
 }

@@ -1000,6 +1000,18 @@ pub async fn the_breaker_trips_on_the_threshold_rejection_and_can_be_reset(store
         [rejected[1].clone()],
         "exactly the second trips it"
     );
+    // On the stream, the rejection comes first, then the trip it caused.
+    let second: Vec<EventKind> = store
+        .proposal_events("a", &rejected[1])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        second[second.len() - 2..],
+        [EventKind::Rejected, EventKind::BreakerTripped]
+    );
     let rejections = store.rejections_since(since).await.unwrap();
     assert_eq!(rejections.len(), 3);
     assert!(

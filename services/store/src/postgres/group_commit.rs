@@ -1,8 +1,8 @@
 //! Group commit for submissions on PostgreSQL. Every transaction that appends
-//! events holds the event log's lock until it commits (commit-ordered
-//! cursors, migrations/postgres/0002), so one transaction per submission made
-//! submissions queue on that lock one commit at a time. Submissions that
-//! arrive together now share one transaction: the lock is taken once, each
+//! events holds the event log's lock through its commit (commit-ordered
+//! cursors, migrations/postgres/0002 and 0010), so one transaction per
+//! submission made submissions queue on that lock one commit at a time.
+//! Submissions that arrive together now share one transaction: the lock is taken once, each
 //! tenant's proposals go in with one multi-row INSERT, and one commit answers
 //! them all. Each caller still hears back only after the commit: OK means
 //! the row is durable.
@@ -48,7 +48,6 @@ async fn commit(pool: &PgPool, group: Group) {
 /// The whole group in one transaction; `Err` when it did not commit.
 async fn together(pool: &PgPool, news: &[NewProposal]) -> Result<Vec<Inserted>> {
     let mut tx = pool.begin().await?;
-    scope::lock_event_log(&mut tx).await?;
     let mut results: Vec<Option<Inserted>> = (0..news.len()).map(|_| None).collect();
     for (tenant, indices) in scope::by_tenant(news, |n| n.tenant.as_str()) {
         scope::enter_tenant(&mut tx, &tenant).await?;

@@ -141,7 +141,7 @@ pub async fn insert_one(
     pool: &PgPool,
     new: NewProposal,
 ) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-    let mut tx = scope::tenant_appending(pool, &new.tenant).await?;
+    let mut tx = scope::tenant(pool, &new.tenant).await?;
     let inserted = insert(&mut tx, new).await?;
     tx.commit().await?;
     tracing::Span::current().record("proposal_id", inserted.0.proposal().id.as_str());
@@ -163,7 +163,7 @@ pub async fn cancel(
     id: &str,
     reason: &str,
 ) -> Result<(Proposal, StoreEvent)> {
-    let mut tx = scope::tenant_appending(pool, tenant).await?;
+    let mut tx = scope::tenant(pool, tenant).await?;
     let row = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
          WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing') RETURNING *",

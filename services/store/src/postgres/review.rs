@@ -75,17 +75,20 @@ pub async fn begin_many(
     items: &[ReviewKey],
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
     let mut tx = pool.begin().await?;
-    scope::lock_event_log(&mut tx).await?;
     let now = now_ms();
     let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
     let mut began = vec![false; items.len()];
     for (tenant, indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
         scope::enter_tenant(&mut tx, &tenant).await?;
         let ids: Vec<&str> = indices.iter().map(|&i| items[i].id.as_str()).collect();
-        // The common case in one statement: every PENDING proposal of the group.
+        // The common case in one statement: every PENDING proposal of the
+        // group. The whole group's rows are locked first, in id order (see
+        // `scope::by_tenant`); the others are then resumed one by one.
         let rows = sqlx::query(
             "UPDATE proposals SET state = 'reviewing', review_started_at = $1, updated_at = $1
-             WHERE tenant = $2 AND id = ANY($3) AND state = 'pending'
+             WHERE tenant = $2 AND state = 'pending' AND id IN (
+                 SELECT id FROM proposals WHERE tenant = $2 AND id = ANY($3)
+                 ORDER BY id FOR UPDATE)
              RETURNING *",
         )
         .bind(now)
@@ -387,15 +390,27 @@ pub async fn record_many(
     items: Vec<(ReviewKey, Decision)>,
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
     let mut tx = pool.begin().await?;
-    scope::lock_event_log(&mut tx).await?;
     let now = now_ms();
     let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
+    let mut rejected: Vec<(String, Vec<String>)> = Vec::new();
     for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
         scope::enter_tenant(&mut tx, &tenant).await?;
         let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
-        let outcomes = record_tenant(&mut tx, &tenant, &group, now).await?;
+        let (outcomes, ids) = record_tenant(&mut tx, &tenant, &group, now).await?;
         for (i, outcome) in indices.into_iter().zip(outcomes) {
             out[i] = Some(outcome);
+        }
+        if !ids.is_empty() {
+            rejected.push((tenant, ids));
+        }
+    }
+    // Breakers last, after every row lock: their events take the event log's
+    // lock, and the rejections' own events go first.
+    if !rejected.is_empty() {
+        scope::write_pending_events(&mut tx).await?;
+        for (tenant, ids) in &rejected {
+            scope::enter_tenant(&mut tx, tenant).await?;
+            suppression::log_trips(&mut tx, tenant, ids, now).await?;
         }
     }
     tx.commit().await?;
@@ -421,13 +436,14 @@ fn next_state(decision: &Decision) -> ProposalState {
 /// its target's status, as they are at commit.
 type FactsAtCommit = (String, Option<i64>, Option<bool>, Option<String>);
 
-/// One tenant's part of [`record_many`], in its scope.
+/// One tenant's part of [`record_many`], in its scope; with the outcomes, the
+/// proposals it rejected (whose breakers the caller then checks).
 async fn record_tenant(
     conn: &mut PgConnection,
     tenant: &str,
     items: &[&(ReviewKey, Decision)],
     now: Millis,
-) -> Result<Vec<RecordOutcome>> {
+) -> Result<(Vec<RecordOutcome>, Vec<String>)> {
     let ids: Vec<&str> = items.iter().map(|(k, _)| k.id.as_str()).collect();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT id, state, target FROM proposals WHERE tenant = $1 AND id = ANY($2)
@@ -577,9 +593,8 @@ async fn record_tenant(
                 "proposals changed under their decisions".into(),
             ));
         }
-        suppression::log_trips(conn, tenant, &rejected, now).await?;
     }
-    Ok(out)
+    Ok((out, rejected))
 }
 
 #[tracing::instrument(name = "store.postgres.overdue_reviews", skip(pool))]

@@ -40,22 +40,23 @@ pub async fn system(pool: &PgPool) -> Result<Tx> {
     Ok(tx)
 }
 
-/// Taken first by every transaction that appends events, before any row lock:
-/// cursors are then handed out in commit order (see migrations/postgres/0002).
-pub async fn lock_event_log(conn: &mut PgConnection) -> Result<()> {
-    sqlx::query("SELECT lock_event_log()").execute(conn).await?;
+/// Writes the events of the transaction's state changes so far, now rather
+/// than at commit (they are deferred; see migrations/postgres/0010), taking
+/// the event log's lock until the commit. Only for a transaction that then
+/// appends events of its own and takes no further row lock: the lock must be
+/// every transaction's last, or two could wait for each other.
+pub async fn write_pending_events(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SET CONSTRAINTS ALL IMMEDIATE")
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-/// A tenant's write transaction that will append events: scoped, then locked.
-pub async fn tenant_appending(pool: &PgPool, tenant: &str) -> Result<Tx> {
-    let mut tx = self::tenant(pool, tenant).await?;
-    lock_event_log(&mut tx).await?;
-    Ok(tx)
-}
-
-/// Items grouped by tenant, first appearance first, each with its index in
-/// `items` (batches may span tenants; a transaction switches scope per group).
+/// Items grouped by tenant, each with its index in `items` (batches may span
+/// tenants; a transaction switches scope per group). Groups come in tenant
+/// order, and within a group every writer locks its rows in id order: all
+/// writers take row locks in one order, so none waits for another that waits
+/// for it (the event log's lock, taken at commit, no longer orders them).
 pub fn by_tenant<T>(items: &[T], tenant_of: impl Fn(&T) -> &str) -> Vec<(String, Vec<usize>)> {
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -65,5 +66,6 @@ pub fn by_tenant<T>(items: &[T], tenant_of: impl Fn(&T) -> &str) -> Vec<(String,
             None => groups.push((tenant.to_owned(), vec![i])),
         }
     }
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
     groups
 }

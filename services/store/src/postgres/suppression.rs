@@ -13,9 +13,11 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
     }
     let now = now_ms();
     let mut tx = pool.begin().await?;
-    scope::lock_event_log(&mut tx).await?;
-    for (tenant, indices) in scope::by_tenant(&counts, |(k, _)| k.tenant.as_str()) {
-        scope::enter_tenant(&mut tx, &tenant).await?;
+    let groups = scope::by_tenant(&counts, |(k, _)| k.tenant.as_str());
+    // Every row lock first, then the events (the event log's lock must be a
+    // transaction's last; see migrations/postgres/0010).
+    for (tenant, indices) in &groups {
+        scope::enter_tenant(&mut tx, tenant).await?;
         let ids: Vec<&str> = indices.iter().map(|&i| counts[i].0.id.as_str()).collect();
         let ns: Vec<i64> = indices
             .iter()
@@ -24,13 +26,19 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
         sqlx::query(
             "UPDATE proposals SET suppressed_retries = suppressed_retries + b.n
              FROM unnest($2::text[], $3::bigint[]) AS b(id, n)
-             WHERE proposals.tenant = $1 AND proposals.id = b.id",
+             WHERE proposals.tenant = $1 AND proposals.id = b.id AND proposals.id IN (
+                 SELECT id FROM proposals WHERE tenant = $1 AND id = ANY($2)
+                 ORDER BY id FOR UPDATE)",
         )
-        .bind(&tenant)
+        .bind(tenant)
         .bind(&ids)
         .bind(&ns)
         .execute(&mut *tx)
         .await?;
+    }
+    for (tenant, indices) in &groups {
+        scope::enter_tenant(&mut tx, tenant).await?;
+        let ids: Vec<&str> = indices.iter().map(|&i| counts[i].0.id.as_str()).collect();
         sqlx::query(
             "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
              SELECT p.tenant, p.id, 'SUPPRESSED', p.state, $3
@@ -38,7 +46,7 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
              JOIN proposals AS p ON p.tenant = $1 AND p.id = b.id
              ORDER BY b.ord",
         )
-        .bind(&tenant)
+        .bind(tenant)
         .bind(&ids)
         .bind(now)
         .execute(&mut *tx)
@@ -51,7 +59,8 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
 /// Logs BREAKER_TRIPPED for each just-rejected proposal (of `tenant`) that is
 /// exactly its operator's threshold-th rejection in the tenant's window since
 /// the last reset. Runs inside the transaction that records the rejections, in
-/// the tenant's scope.
+/// the tenant's scope, after its last row lock and its pending events (see
+/// `scope::write_pending_events`).
 pub async fn log_trips(
     conn: &mut PgConnection,
     tenant: &str,
