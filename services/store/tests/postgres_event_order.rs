@@ -34,20 +34,26 @@ fn new_proposal(tenant: &str) -> NewProposal {
     }
 }
 
-#[tokio::test]
-async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until_it_commits() {
-    let db = TestDatabase::migrated().await;
+/// Tenants `a` and `b`, and one proposal of `a`.
+async fn tenants_a_and_b_with_a_proposal_of_a(
+    db: &TestDatabase,
+) -> (DynStore, countersign_domain::Proposal) {
     let store = db.store().await;
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
-
     let earlier = store
         .insert_proposal(new_proposal("a"))
         .await
         .unwrap()
         .proposal()
         .clone();
+    (store, earlier)
+}
 
+#[tokio::test]
+async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until_it_commits() {
+    let db = TestDatabase::migrated().await;
+    let (store, earlier) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
     // Tenant a's transaction appends an event and stays open.
     let mut conn = db.app_connection().await;
     let mut slow = conn.begin().await.unwrap();
@@ -207,16 +213,7 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
 #[tokio::test]
 async fn a_state_change_in_an_open_transaction_holds_up_no_other_writer() {
     let db = TestDatabase::migrated().await;
-    let store = db.store().await;
-    store.create_tenant("a").await.unwrap();
-    store.create_tenant("b").await.unwrap();
-    let earlier = store
-        .insert_proposal(new_proposal("a"))
-        .await
-        .unwrap()
-        .proposal()
-        .clone();
-
+    let (store, earlier) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
     // Tenant a's transaction changes a proposal's state and stays open.
     let mut conn = db.app_connection().await;
     let mut slow = conn.begin().await.unwrap();
@@ -258,27 +255,6 @@ async fn a_state_change_in_an_open_transaction_holds_up_no_other_writer() {
         ]
     );
     assert!(events.windows(2).all(|w| w[0].cursor < w[1].cursor));
-}
-
-fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
-    let verdict = countersign_domain::gates::Verdict {
-        gates: countersign_domain::gates::GATES
-            .iter()
-            .map(|g| countersign_domain::GateResult {
-                gate: (*g).into(),
-                passed: *g != "target_state",
-                detail: "checked".into(),
-            })
-            .collect(),
-        sop: None,
-        rollback_path: None,
-    };
-    let stamp = countersign_domain::review::ReviewStamp {
-        reviewer: "w".into(),
-        decided_at: countersign_domain::now_ms(),
-        latency_ms: 1,
-    };
-    countersign_domain::review::decide(&verdict, spec, stamp)
 }
 
 /// What a racing operation may answer: done, or refused because another got
@@ -344,7 +320,7 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
                 .into_iter()
                 .map(|k| {
                     let spec = &specs[keys.iter().position(|x| x == k).unwrap()];
-                    (k.clone(), rejection(spec))
+                    (k.clone(), support::rejection(spec, "target_state"))
                 })
                 .collect();
             let store = store.clone();

@@ -682,24 +682,7 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
 }
 
 fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
-    let verdict = countersign_domain::gates::Verdict {
-        gates: countersign_domain::gates::GATES
-            .iter()
-            .map(|g| countersign_domain::GateResult {
-                gate: (*g).into(),
-                passed: *g != "sop",
-                detail: "checked".into(),
-            })
-            .collect(),
-        sop: None,
-        rollback_path: None,
-    };
-    let stamp = countersign_domain::review::ReviewStamp {
-        reviewer: "w".into(),
-        decided_at: countersign_domain::now_ms(),
-        latency_ms: 3,
-    };
-    countersign_domain::review::decide(&verdict, spec, stamp)
+    support::rejection(spec, "sop")
 }
 
 async fn reviewing(store: &DynStore, tenant: &str, operator: &str) -> countersign_domain::Proposal {

@@ -147,3 +147,28 @@ pub async fn store() -> (DynStore, TestDatabase) {
     let db = TestDatabase::migrated().await;
     (db.store().await, db)
 }
+
+/// A decision that rejects `spec` on `gate` alone (every other gate passed).
+pub fn rejection(
+    spec: &countersign_domain::ProposalSpec,
+    gate: &str,
+) -> countersign_domain::Decision {
+    let verdict = countersign_domain::gates::Verdict {
+        gates: countersign_domain::gates::GATES
+            .iter()
+            .map(|g| countersign_domain::GateResult {
+                gate: (*g).into(),
+                passed: *g != gate,
+                detail: "checked".into(),
+            })
+            .collect(),
+        sop: None,
+        rollback_path: None,
+    };
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: countersign_domain::now_ms(),
+        latency_ms: 3,
+    };
+    countersign_domain::review::decide(&verdict, spec, stamp)
+}
