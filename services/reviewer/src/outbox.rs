@@ -127,14 +127,31 @@ impl Sweeper {
                 .undecided(after.as_deref(), self.config.batch)
                 .await?;
             let Some(last) = page.last() else { break };
-            after = Some(last.id.clone());
+            let from = std::mem::replace(&mut after, Some(last.id.clone()));
             let pairs: Vec<(&str, &str)> = page
                 .iter()
                 .map(|k| (k.tenant.as_str(), k.id.as_str()))
                 .collect();
-            for (tenant, id) in self.queue.missing(&pairs).await? {
-                self.queue.enqueue(tenant, id).await?;
-                requeued += 1;
+            let missing = self.queue.missing(&pairs).await?;
+            if missing.is_empty() {
+                if page.len() < self.config.batch as usize {
+                    break;
+                }
+                continue;
+            }
+            // A proposal decided (and its entry acked) between the two reads
+            // looks missing: read the page again and requeue only what is
+            // still undecided. (Were one decided after this, its worker would
+            // find it terminal and ack it: harmless, just not worth a warning.)
+            let still = self
+                .outbox
+                .undecided(from.as_deref(), self.config.batch)
+                .await?;
+            for (tenant, id) in missing {
+                if still.iter().any(|k| k.tenant == tenant && k.id == id) {
+                    self.queue.enqueue(tenant, id).await?;
+                    requeued += 1;
+                }
             }
             if page.len() < self.config.batch as usize {
                 break;
