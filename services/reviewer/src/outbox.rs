@@ -127,7 +127,7 @@ impl Sweeper {
                 .undecided(after.as_deref(), self.config.batch)
                 .await?;
             let Some(last) = page.last() else { break };
-            let from = std::mem::replace(&mut after, Some(last.id.clone()));
+            let from = after.replace(last.id.clone());
             let pairs: Vec<(&str, &str)> = page
                 .iter()
                 .map(|k| (k.tenant.as_str(), k.id.as_str()))
