@@ -13,10 +13,12 @@
 -- in the order their changes were made. The lock is taken by the first of
 -- them and held through the commit alone, by a transaction that already holds
 -- every row lock it will take. That last point is what keeps this free of
--- deadlocks, and the store keeps it for the events it appends itself (the
--- SUPPRESSED and BREAKER_TRIPPED events): it appends them only after its last
--- row lock, firing the deferred ones first (`SET CONSTRAINTS ALL IMMEDIATE`)
--- so that a rejection's event still comes before the trip it causes.
+-- deadlocks, and the store keeps it for what it appends itself under the lock
+-- (the SUPPRESSED and BREAKER_TRIPPED events, and decisions, below): it
+-- appends them only after its last row lock, firing the deferred events first
+-- (`SET CONSTRAINTS ALL IMMEDIATE`) so that a rejection's event still comes
+-- before the trip it causes. Writers take their row locks in one order
+-- (tenants by name, rows by id), so they do not deadlock on rows either.
 --
 -- What 0002 promised holds unchanged: cursors are handed out under the lock,
 -- at most one uncommitted transaction holds cursors, the visible log is a
@@ -76,3 +78,19 @@ CREATE CONSTRAINT TRIGGER proposals_state_changed AFTER UPDATE OF state ON propo
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.state IS DISTINCT FROM OLD.state)
     EXECUTE FUNCTION proposals_state_changed();
+
+-- Decisions draw their commit order (0005: the audit sequencer's order) under
+-- the same lock. 0005 relied on the store taking the lock before inserting
+-- them; now the database takes it, whoever inserts, and draws the value after
+-- it (a column default would be drawn before the trigger, outside the lock).
+-- The store inserts a batch's decisions only once it holds every row lock.
+CREATE FUNCTION decisions_take_commit_order() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM lock_event_log();
+    NEW.commit_order := nextval('decisions_commit_order');
+    RETURN NEW;
+END;
+$$;
+ALTER TABLE decisions ALTER COLUMN commit_order DROP DEFAULT;
+CREATE TRIGGER decisions_take_commit_order BEFORE INSERT ON decisions
+    FOR EACH ROW EXECUTE FUNCTION decisions_take_commit_order();

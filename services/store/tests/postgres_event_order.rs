@@ -342,3 +342,63 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
         .count();
     assert_eq!(ends, 12 * 8, "one end per proposal");
 }
+
+/// A decision draws its place in the audit sequencer's order under the event
+/// log's lock, whoever inserts it: a second decision waits for an open one to
+/// commit, so the sequencer, which reads past the last place it appended,
+/// never passes one that commits late.
+#[tokio::test]
+async fn a_decision_waits_for_an_open_one_so_the_audit_sequencer_skips_none() {
+    let db = TestDatabase::migrated().await;
+    let (store, first) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
+    let second = store
+        .insert_proposal(new_proposal("b"))
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    store.begin_review("a", &first.id, "w").await.unwrap();
+    store.begin_review("b", &second.id, "w").await.unwrap();
+
+    // Tenant a's decision is inserted and its transaction stays open.
+    let mut conn = db.app_connection().await;
+    let mut slow = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+             sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+             summary, review_latency_ms)
+         VALUES ($1, 'a', 'reject', 'r', 'm', NULL, NULL, NULL, '[]', '[\"sop\"]', 'w', 1, 's', 1)",
+    )
+    .bind(&first.id)
+    .execute(&mut *slow)
+    .await
+    .unwrap();
+
+    let fast = {
+        let (store, id, spec) = (store.clone(), second.id.clone(), second.spec.clone());
+        tokio::spawn(async move {
+            store
+                .record_decision("b", &id, support::rejection(&spec, "sop"))
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !fast.is_finished(),
+        "the second decision waits for the first to commit"
+    );
+    slow.commit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), fast)
+        .await
+        .expect("the second decision proceeds once the first commits")
+        .unwrap();
+
+    assert_eq!(store.append_audit(100).await.unwrap(), 2);
+    assert_eq!(store.audit_head("a").await.unwrap().0, 1);
+    assert_eq!(store.audit_head("b").await.unwrap().0, 1);
+}

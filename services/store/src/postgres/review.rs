@@ -378,12 +378,17 @@ fn stale_because(
     }
 }
 
-/// Records many decisions in one transaction (the event log locked first, then
-/// a few statements per tenant whatever the batch size); answers in order.
-/// Each proposal must still be open (else the late result is logged and
-/// dropped); approvals are re-checked against the SOP and target as they are
-/// now. The proposals are row-locked, so a concurrent decision or cancel of
-/// the same proposal is seen, never overwritten.
+/// Records many decisions in one transaction, a few statements per tenant
+/// whatever the batch size; answers in order. Each proposal must still be open
+/// (else the late result is logged and dropped); approvals are re-checked
+/// against the SOP and target as they are now. The proposals are row-locked,
+/// so a concurrent decision or cancel of the same proposal is seen, never
+/// overwritten.
+///
+/// Two phases, for the event log's lock (migrations/postgres/0010): first
+/// every tenant's rows are locked and its decisions prepared; then the
+/// decisions are written, each drawing its commit order under that lock,
+/// which the transaction therefore takes only once it holds every row lock.
 #[tracing::instrument(name = "store.postgres.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn record_many(
     pool: &PgPool,
@@ -392,23 +397,31 @@ pub async fn record_many(
     let mut tx = pool.begin().await?;
     let now = now_ms();
     let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
-    let mut rejected: Vec<(String, Vec<String>)> = Vec::new();
+    let mut prepared = Vec::new();
     for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
         scope::enter_tenant(&mut tx, &tenant).await?;
         let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
-        let (outcomes, ids) = record_tenant(&mut tx, &tenant, &group, now).await?;
+        let (outcomes, writes) = prepare_tenant(&mut tx, &tenant, &group, now).await?;
         for (i, outcome) in indices.into_iter().zip(outcomes) {
             out[i] = Some(outcome);
         }
-        if !ids.is_empty() {
-            rejected.push((tenant, ids));
+        if !writes.is_empty() {
+            prepared.push((tenant, writes));
         }
     }
-    // Breakers last, after every row lock: their events take the event log's
-    // lock, and the rejections' own events go first.
+    for (tenant, writes) in &prepared {
+        scope::enter_tenant(&mut tx, tenant).await?;
+        apply_tenant(&mut tx, tenant, writes, now).await?;
+    }
+    // Breakers last: their events go after the rejections' own.
+    let rejected: Vec<(&String, &Vec<String>)> = prepared
+        .iter()
+        .filter(|(_, w)| !w.rejected.is_empty())
+        .map(|(tenant, w)| (tenant, &w.rejected))
+        .collect();
     if !rejected.is_empty() {
         scope::write_pending_events(&mut tx).await?;
-        for (tenant, ids) in &rejected {
+        for (tenant, ids) in rejected {
             scope::enter_tenant(&mut tx, tenant).await?;
             suppression::log_trips(&mut tx, tenant, ids, now).await?;
         }
@@ -436,14 +449,33 @@ fn next_state(decision: &Decision) -> ProposalState {
 /// its target's status, as they are at commit.
 type FactsAtCommit = (String, Option<i64>, Option<bool>, Option<String>);
 
-/// One tenant's part of [`record_many`], in its scope; with the outcomes, the
-/// proposals it rejected (whose breakers the caller then checks).
-async fn record_tenant(
+/// What one tenant's part of [`record_many`] will write.
+#[derive(Default)]
+struct Writes {
+    /// The decisions' rows, as `jsonb_to_recordset` reads them.
+    decisions: Vec<serde_json::Value>,
+    /// Each decided proposal's state change.
+    changes: Vec<serde_json::Value>,
+    /// The proposals rejected (whose operators' breakers are then checked).
+    rejected: Vec<String>,
+}
+
+impl Writes {
+    fn is_empty(&self) -> bool {
+        self.decisions.is_empty()
+    }
+}
+
+/// The first phase of one tenant's part of [`record_many`], in its scope:
+/// locks the proposals (in id order), reads what approvals are re-checked
+/// against, and decides each item's outcome; writes nothing but discarded
+/// late results.
+async fn prepare_tenant(
     conn: &mut PgConnection,
     tenant: &str,
     items: &[&(ReviewKey, Decision)],
     now: Millis,
-) -> Result<(Vec<RecordOutcome>, Vec<String>)> {
+) -> Result<(Vec<RecordOutcome>, Writes)> {
     let ids: Vec<&str> = items.iter().map(|(k, _)| k.id.as_str()).collect();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT id, state, target FROM proposals WHERE tenant = $1 AND id = ANY($2)
@@ -494,9 +526,7 @@ async fn record_tenant(
     }
 
     let mut out = Vec::with_capacity(items.len());
-    let mut writes = Vec::new();
-    let mut changes = Vec::new();
-    let mut rejected = Vec::new();
+    let mut writes = Writes::default();
     for (key, decision) in items {
         let Some((state, target)) = current.get(&key.id) else {
             return Err(StoreError::NotFound(format!("proposal `{}`", key.id)));
@@ -532,7 +562,7 @@ async fn record_tenant(
                 continue;
             }
         }
-        writes.push(serde_json::json!({
+        writes.decisions.push(serde_json::json!({
             "proposal_id": key.id,
             "tenant": tenant,
             "outcome": decision.outcome.as_str(),
@@ -548,21 +578,30 @@ async fn record_tenant(
             "summary": decision.summary,
             "review_latency_ms": i64::try_from(decision.review_latency_ms).unwrap_or(i64::MAX),
         }));
-        changes.push(serde_json::json!({
+        writes.changes.push(serde_json::json!({
             "id": key.id,
             "prev": state.as_str(),
             "next": next.as_str(),
             "decided_at": decision.decided_at,
         }));
         if decision.outcome == DecisionOutcome::Reject {
-            rejected.push(key.id.clone());
+            writes.rejected.push(key.id.clone());
         }
         out.push(RecordOutcome::Recorded);
     }
+    Ok((out, writes))
+}
 
-    if !writes.is_empty() {
-        sqlx::query(
-            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+/// The second phase: writes one tenant's decisions and their proposals' state
+/// changes. The first decision takes the event log's lock (migration 0010).
+async fn apply_tenant(
+    conn: &mut PgConnection,
+    tenant: &str,
+    writes: &Writes,
+    now: Millis,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
                  sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
                  summary, review_latency_ms)
              SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
@@ -572,29 +611,28 @@ async fn record_tenant(
                  reason text, agent_message text, sop_id text, sop_version bigint,
                  rollback_path text, gates_json text, missing_gates_json text, reviewer text,
                  decided_at bigint, summary text, review_latency_ms bigint)",
-        )
-        .bind(serde_json::Value::Array(writes).to_string())
-        .execute(&mut *conn)
-        .await?;
-        let expected = changes.len() as u64;
-        let updated = sqlx::query(
+    )
+    .bind(serde_json::to_string(&writes.decisions).expect("rows serialize"))
+    .execute(&mut *conn)
+    .await?;
+    let expected = writes.changes.len() as u64;
+    let updated = sqlx::query(
             "UPDATE proposals SET state = b.next, decided_at = b.decided_at, updated_at = $2
              FROM jsonb_to_recordset($3::jsonb) AS b(id text, prev text, next text, decided_at bigint)
              WHERE proposals.tenant = $1 AND proposals.id = b.id AND proposals.state = b.prev",
         )
         .bind(tenant)
         .bind(now)
-        .bind(serde_json::Value::Array(changes).to_string())
+        .bind(serde_json::to_string(&writes.changes).expect("rows serialize"))
         .execute(&mut *conn)
         .await?;
-        if updated.rows_affected() != expected {
-            // Something moved under us: write nothing, let the reviews retry.
-            return Err(StoreError::FailedPrecondition(
-                "proposals changed under their decisions".into(),
-            ));
-        }
+    if updated.rows_affected() != expected {
+        // Something moved under us: write nothing, let the reviews retry.
+        return Err(StoreError::FailedPrecondition(
+            "proposals changed under their decisions".into(),
+        ));
     }
-    Ok((out, rejected))
+    Ok(())
 }
 
 #[tracing::instrument(name = "store.postgres.overdue_reviews", skip(pool))]
