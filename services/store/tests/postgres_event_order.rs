@@ -34,6 +34,16 @@ fn new_proposal(tenant: &str) -> NewProposal {
     }
 }
 
+/// A transaction of the service role in tenant `a`'s scope, left open.
+async fn in_tenant_a(conn: &mut sqlx::PgConnection) -> sqlx::Transaction<'_, sqlx::Postgres> {
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
 /// Tenants `a` and `b`, and one proposal of `a`.
 async fn tenants_a_and_b_with_a_proposal_of_a(
     db: &TestDatabase,
@@ -56,11 +66,7 @@ async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until
     let (store, earlier) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
     // Tenant a's transaction appends an event and stays open.
     let mut conn = db.app_connection().await;
-    let mut slow = conn.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
-        .execute(&mut *slow)
-        .await
-        .unwrap();
+    let mut slow = in_tenant_a(&mut conn).await;
     let slow_cursor: i64 = sqlx::query_scalar(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          VALUES ('a', $1, 'SUPPRESSED', 'pending', 1) RETURNING cursor",
@@ -216,11 +222,7 @@ async fn a_state_change_in_an_open_transaction_holds_up_no_other_writer() {
     let (store, earlier) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
     // Tenant a's transaction changes a proposal's state and stays open.
     let mut conn = db.app_connection().await;
-    let mut slow = conn.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
-        .execute(&mut *slow)
-        .await
-        .unwrap();
+    let mut slow = in_tenant_a(&mut conn).await;
     let changed = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', updated_at = 2 WHERE tenant = 'a' AND id = $1",
     )
@@ -362,11 +364,7 @@ async fn a_decision_waits_for_an_open_one_so_the_audit_sequencer_skips_none() {
 
     // Tenant a's decision is inserted and its transaction stays open.
     let mut conn = db.app_connection().await;
-    let mut slow = conn.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
-        .execute(&mut *slow)
-        .await
-        .unwrap();
+    let mut slow = in_tenant_a(&mut conn).await;
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
              sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
