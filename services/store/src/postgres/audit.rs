@@ -1,5 +1,5 @@
 //! The decision log on PostgreSQL: the sequencer's appends (decisions in
-//! commit order, see migrations/postgres/0005), queries, verification reads
+//! commit order, see migrations/postgres/0005 and 0010), queries, verification reads
 //! and checkpoints, each in its tenant's row-level-security scope.
 
 use countersign_domain::audit::time_index::{self, SequenceWindow};

@@ -386,9 +386,10 @@ fn stale_because(
 /// overwritten.
 ///
 /// Two phases, for the event log's lock (migrations/postgres/0010): first
-/// every tenant's rows are locked and its decisions prepared; then the
-/// decisions are written, each drawing its commit order under that lock,
-/// which the transaction therefore takes only once it holds every row lock.
+/// every tenant's rows are locked and its decisions prepared; then the states
+/// change and, last, the decisions are written, each drawing its commit order
+/// under that lock, which the transaction therefore takes only once it holds
+/// every row lock, and holds for as few statements as it can.
 #[tracing::instrument(name = "store.postgres.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn record_many(
     pool: &PgPool,
@@ -411,7 +412,11 @@ pub async fn record_many(
     }
     for (tenant, writes) in &prepared {
         scope::enter_tenant(&mut tx, tenant).await?;
-        apply_tenant(&mut tx, tenant, writes, now).await?;
+        change_states(&mut tx, tenant, writes, now).await?;
+    }
+    for (tenant, writes) in &prepared {
+        scope::enter_tenant(&mut tx, tenant).await?;
+        insert_decisions(&mut tx, writes).await?;
     }
     // Breakers last: their events go after the rejections' own.
     let rejected: Vec<(&String, &Vec<String>)> = prepared
@@ -592,46 +597,53 @@ async fn prepare_tenant(
     Ok((out, writes))
 }
 
-/// The second phase: writes one tenant's decisions and their proposals' state
-/// changes. The first decision takes the event log's lock (migration 0010).
-async fn apply_tenant(
+/// The second phase, first half: one tenant's proposals take their decided
+/// states (their events are written at commit).
+async fn change_states(
     conn: &mut PgConnection,
     tenant: &str,
     writes: &Writes,
     now: Millis,
 ) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms)
-             SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
-                    rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
-                    review_latency_ms
-             FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
-                 reason text, agent_message text, sop_id text, sop_version bigint,
-                 rollback_path text, gates_json text, missing_gates_json text, reviewer text,
-                 decided_at bigint, summary text, review_latency_ms bigint)",
-    )
-    .bind(serde_json::to_string(&writes.decisions).expect("rows serialize"))
-    .execute(&mut *conn)
-    .await?;
     let expected = writes.changes.len() as u64;
     let updated = sqlx::query(
-            "UPDATE proposals SET state = b.next, decided_at = b.decided_at, updated_at = $2
-             FROM jsonb_to_recordset($3::jsonb) AS b(id text, prev text, next text, decided_at bigint)
-             WHERE proposals.tenant = $1 AND proposals.id = b.id AND proposals.state = b.prev",
-        )
-        .bind(tenant)
-        .bind(now)
-        .bind(serde_json::to_string(&writes.changes).expect("rows serialize"))
-        .execute(&mut *conn)
-        .await?;
+        "UPDATE proposals SET state = b.next, decided_at = b.decided_at, updated_at = $2
+         FROM jsonb_to_recordset($3::jsonb) AS b(id text, prev text, next text, decided_at bigint)
+         WHERE proposals.tenant = $1 AND proposals.id = b.id AND proposals.state = b.prev",
+    )
+    .bind(tenant)
+    .bind(now)
+    .bind(serde_json::to_string(&writes.changes).expect("rows serialize"))
+    .execute(&mut *conn)
+    .await?;
     if updated.rows_affected() != expected {
         // Something moved under us: write nothing, let the reviews retry.
         return Err(StoreError::FailedPrecondition(
             "proposals changed under their decisions".into(),
         ));
     }
+    Ok(())
+}
+
+/// The second phase, second half: one tenant's decisions. The first takes the
+/// event log's lock (migration 0010), to draw its commit order: after this the
+/// transaction only appends under that lock, and commits.
+async fn insert_decisions(conn: &mut PgConnection, writes: &Writes) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+             sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+             summary, review_latency_ms)
+         SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
+                rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
+                review_latency_ms
+         FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
+             reason text, agent_message text, sop_id text, sop_version bigint,
+             rollback_path text, gates_json text, missing_gates_json text, reviewer text,
+             decided_at bigint, summary text, review_latency_ms bigint)",
+    )
+    .bind(serde_json::to_string(&writes.decisions).expect("rows serialize"))
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
