@@ -18,7 +18,8 @@ pub fn spawn(store: DynStore, queue: DynQueue, mut stop: watch::Receiver<bool>) 
         while !*stop.borrow() {
             sample(&store, &queue, &mut shown).await;
             tokio::select! {
-                _ = stop.changed() => {}
+                // Stopped, or the sender is gone (nobody left to stop it).
+                changed = stop.changed() => if changed.is_err() { break },
                 () = tokio::time::sleep(SAMPLE_EVERY) => {}
             }
         }
@@ -52,4 +53,30 @@ fn set(tenant: &str, depth: u64, oldest_age: Duration) {
     metrics::gauge!("countersign_queue_depth", "tenant" => tenant.to_owned()).set(depth as f64);
     metrics::gauge!("countersign_queue_oldest_age_seconds", "tenant" => tenant.to_owned())
         .set(oldest_age.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use countersign_queue::EmbeddedQueue;
+    use countersign_store::{SqliteStore, Store};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn sampling_ends_when_nobody_is_left_to_stop_it_rather_than_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("c.db").display());
+        let sqlite = SqliteStore::connect(&url).await.unwrap();
+        sqlite.migrate().await.unwrap();
+        let queue: DynQueue = Arc::new(EmbeddedQueue::new(sqlite.writer_pool()));
+        let (stop, stopped) = watch::channel(false);
+        let sampler = spawn(Arc::new(sqlite), queue, stopped);
+        drop(stop);
+        tokio::time::timeout(Duration::from_secs(5), sampler)
+            .await
+            .expect("ended at once")
+            .unwrap();
+    }
 }

@@ -15,7 +15,11 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 pub async fn keep(store: DynStore, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
         tokio::select! {
-            _ = stop.changed() => continue,
+            // Stopped, or the sender is gone (nobody left to stop it).
+            changed = stop.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => break,
+            },
             () = tokio::time::sleep(REFRESH_EVERY) => {}
         }
         match store.refresh_statistics().await {
@@ -23,5 +27,43 @@ pub async fn keep(store: DynStore, mut stop: watch::Receiver<bool>) {
             Ok(tables) => tracing::debug!(tables, "planner statistics refreshed"),
             Err(error) => tracing::warn!(%error, "refreshing planner statistics failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use countersign_store::SqliteStore;
+
+    use super::*;
+
+    async fn store(dir: &tempfile::TempDir) -> DynStore {
+        let url = format!("sqlite://{}", dir.path().join("c.db").display());
+        Arc::new(SqliteStore::connect(&url).await.expect("store"))
+    }
+
+    #[tokio::test]
+    async fn the_keeper_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let keeper = tokio::spawn(keep(store(&dir).await, stopped));
+        stop.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), keeper)
+            .await
+            .expect("stopped at once")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_keeper_ends_when_nobody_is_left_to_stop_it_rather_than_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let keeper = tokio::spawn(keep(store(&dir).await, stopped));
+        drop(stop);
+        tokio::time::timeout(Duration::from_secs(5), keeper)
+            .await
+            .expect("ended at once")
+            .unwrap();
     }
 }
