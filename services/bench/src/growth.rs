@@ -111,9 +111,10 @@ pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::R
 /// [`seed_decided`] on PostgreSQL, as the owner role (`owner_url`): each slice
 /// is one transaction that sets its tenant (the tables force row-level
 /// security on their owner too). The insert triggers write each proposal's
-/// event (at commit, under the event log's lock) and queue entry, which the slice then
-/// deletes: the seed is decided, nothing is left to publish. The decisions draw their commit order, so the server's sequencer
-/// chains them into the audit log as it would its own.
+/// event (at commit, under the event log's lock) and queue entry, which the
+/// slice then deletes: the seed is decided, nothing is left to publish. The
+/// decisions draw their commit order, so the server's sequencer chains them
+/// into the audit log as it would its own.
 pub async fn seed_decided_postgres(
     owner_url: &str,
     from: u64,

@@ -133,24 +133,20 @@ impl Sweeper {
                 .map(|k| (k.tenant.as_str(), k.id.as_str()))
                 .collect();
             let missing = self.queue.missing(&pairs).await?;
-            if missing.is_empty() {
-                if page.len() < self.config.batch as usize {
-                    break;
-                }
-                continue;
-            }
-            // A proposal decided (and its entry acked) between the two reads
-            // looks missing: read the page again and requeue only what is
-            // still undecided. (Were one decided after this, its worker would
-            // find it terminal and ack it: harmless, just not worth a warning.)
-            let still = self
-                .outbox
-                .undecided(from.as_deref(), self.config.batch)
-                .await?;
-            for (tenant, id) in missing {
-                if still.iter().any(|k| k.tenant == tenant && k.id == id) {
-                    self.queue.enqueue(tenant, id).await?;
-                    requeued += 1;
+            if !missing.is_empty() {
+                // A proposal decided (and its entry acked) between the two
+                // reads looks missing: read the page again and requeue only
+                // what is still undecided. (Were one decided after this, its
+                // worker would find it terminal and ack it: harmless.)
+                let still = self
+                    .outbox
+                    .undecided(from.as_deref(), self.config.batch)
+                    .await?;
+                for (tenant, id) in missing {
+                    if still.iter().any(|k| k.tenant == tenant && k.id == id) {
+                        self.queue.enqueue(tenant, id).await?;
+                        requeued += 1;
+                    }
                 }
             }
             if page.len() < self.config.batch as usize {

@@ -2,9 +2,9 @@
 //! events holds the event log's lock through its commit (commit-ordered
 //! cursors, migrations/postgres/0002 and 0010), so one transaction per
 //! submission made submissions queue on that lock one commit at a time.
-//! Submissions that arrive together now share one transaction: the lock is taken once, each
-//! tenant's proposals go in with one multi-row INSERT, and one commit answers
-//! them all. Each caller still hears back only after the commit: OK means
+//! Submissions that arrive together now share one transaction: the lock is
+//! taken once, each tenant's proposals go in with one multi-row INSERT, and
+//! one commit answers them all. Each caller still hears back only after the commit: OK means
 //! the row is durable.
 //!
 //! A database error anywhere in a group rolls the group back and its
@@ -68,8 +68,8 @@ fn column<'a, T, V>(rows: &'a [T], field: impl Fn(&'a T) -> V) -> Vec<V> {
     rows.iter().map(field).collect()
 }
 
-/// One tenant's proposals in one statement (the transaction in its scope,
-/// the event log locked). A submission whose idempotency key is taken is
+/// One tenant's proposals in one statement (the transaction in its scope;
+/// their events are written at commit). A submission whose idempotency key is taken is
 /// answered from the earlier proposal, as a single insert would be.
 async fn insert_many(conn: &mut PgConnection, news: &[&NewProposal]) -> Result<Vec<Inserted>> {
     let rows: Vec<proposals::NewRow> = news.iter().map(|n| proposals::NewRow::of(n)).collect();

@@ -95,7 +95,8 @@ pub async fn earlier(
 }
 
 /// The row, and by trigger its queue entry (the outbox) and SUBMITTED event;
-/// the transaction must be in the tenant's scope with the event log locked.
+/// the transaction must be in the tenant's scope (the event is written at
+/// commit, under the event log's lock: migrations/postgres/0010).
 pub async fn insert(
     conn: &mut PgConnection,
     new: NewProposal,

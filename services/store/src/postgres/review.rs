@@ -398,9 +398,10 @@ pub async fn record_many(
     let mut tx = pool.begin().await?;
     let now = now_ms();
     let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
+    let mut scoped = scope::TenantScope::default();
     let mut prepared = Vec::new();
     for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
-        scope::enter_tenant(&mut tx, &tenant).await?;
+        scoped.enter(&mut tx, &tenant).await?;
         let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
         let (outcomes, writes) = prepare_tenant(&mut tx, &tenant, &group, now).await?;
         for (i, outcome) in indices.into_iter().zip(outcomes) {
@@ -411,11 +412,11 @@ pub async fn record_many(
         }
     }
     for (tenant, writes) in &prepared {
-        scope::enter_tenant(&mut tx, tenant).await?;
+        scoped.enter(&mut tx, tenant).await?;
         change_states(&mut tx, tenant, writes, now).await?;
     }
     for (tenant, writes) in &prepared {
-        scope::enter_tenant(&mut tx, tenant).await?;
+        scoped.enter(&mut tx, tenant).await?;
         insert_decisions(&mut tx, writes).await?;
     }
     // Breakers last: their events go after the rejections' own.
@@ -427,7 +428,7 @@ pub async fn record_many(
     if !rejected.is_empty() {
         scope::write_pending_events(&mut tx).await?;
         for (tenant, ids) in rejected {
-            scope::enter_tenant(&mut tx, tenant).await?;
+            scoped.enter(&mut tx, tenant).await?;
             suppression::log_trips(&mut tx, tenant, ids, now).await?;
         }
     }

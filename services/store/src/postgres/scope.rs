@@ -16,6 +16,22 @@ pub async fn tenant(pool: &PgPool, tenant: &str) -> Result<Tx> {
     Ok(tx)
 }
 
+/// The tenant scope a transaction is in, for a batch whose phases revisit its
+/// tenants: moving to the tenant it is already in costs no statement (a
+/// one-tenant batch switches once, not once per phase).
+#[derive(Default)]
+pub struct TenantScope(Option<String>);
+
+impl TenantScope {
+    pub async fn enter(&mut self, conn: &mut PgConnection, tenant: &str) -> Result<()> {
+        if self.0.as_deref() != Some(tenant) {
+            enter_tenant(conn, tenant).await?;
+            self.0 = Some(tenant.to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Moves a transaction to another tenant's rows (and out of the system scope).
 pub async fn enter_tenant(conn: &mut PgConnection, tenant: &str) -> Result<()> {
     sqlx::query("SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true)")

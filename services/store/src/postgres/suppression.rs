@@ -13,16 +13,23 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
     }
     let now = now_ms();
     let mut tx = pool.begin().await?;
-    let groups = scope::by_tenant(&counts, |(k, _)| k.tenant.as_str());
+    let groups: Vec<(String, Vec<&str>, Vec<i64>)> =
+        scope::by_tenant(&counts, |(k, _)| k.tenant.as_str())
+            .into_iter()
+            .map(|(tenant, indices)| {
+                let ids = indices.iter().map(|&i| counts[i].0.id.as_str()).collect();
+                let ns = indices
+                    .iter()
+                    .map(|&i| i64::try_from(counts[i].1).unwrap_or(i64::MAX))
+                    .collect();
+                (tenant, ids, ns)
+            })
+            .collect();
+    let mut scoped = scope::TenantScope::default();
     // Every row lock first, then the events (the event log's lock must be a
     // transaction's last; see migrations/postgres/0010).
-    for (tenant, indices) in &groups {
-        scope::enter_tenant(&mut tx, tenant).await?;
-        let ids: Vec<&str> = indices.iter().map(|&i| counts[i].0.id.as_str()).collect();
-        let ns: Vec<i64> = indices
-            .iter()
-            .map(|&i| i64::try_from(counts[i].1).unwrap_or(i64::MAX))
-            .collect();
+    for (tenant, ids, ns) in &groups {
+        scoped.enter(&mut tx, tenant).await?;
         sqlx::query(
             "UPDATE proposals SET suppressed_retries = suppressed_retries + b.n
              FROM unnest($2::text[], $3::bigint[]) AS b(id, n)
@@ -31,14 +38,13 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
                  ORDER BY id FOR UPDATE)",
         )
         .bind(tenant)
-        .bind(&ids)
-        .bind(&ns)
+        .bind(ids)
+        .bind(ns)
         .execute(&mut *tx)
         .await?;
     }
-    for (tenant, indices) in &groups {
-        scope::enter_tenant(&mut tx, tenant).await?;
-        let ids: Vec<&str> = indices.iter().map(|&i| counts[i].0.id.as_str()).collect();
+    for (tenant, ids, _) in &groups {
+        scoped.enter(&mut tx, tenant).await?;
         sqlx::query(
             "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
              SELECT p.tenant, p.id, 'SUPPRESSED', p.state, $3
@@ -47,7 +53,7 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
              ORDER BY b.ord",
         )
         .bind(tenant)
-        .bind(&ids)
+        .bind(ids)
         .bind(now)
         .execute(&mut *tx)
         .await?;
