@@ -37,6 +37,12 @@ pub struct ServerUsage {
     pub cpu_cores_used: f64,
     pub rss_mib: f64,
     pub peak_rss_mib: f64,
+    /// On the production backends, over the same window: PostgreSQL's and
+    /// Redis's CPU seconds (every process of theirs on the machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres_cpu_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_cpu_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +132,23 @@ impl Report {
             self.server.rss_mib,
             self.server.peak_rss_mib
         ));
+        // CPU per operation: the server's and, on production, the backends'.
+        let operations = self.throughput_per_s * self.duration_s;
+        let per_op = |seconds: f64| seconds * 1000.0 / operations.max(1.0);
+        let mut per = vec![format!("server {:.2}", per_op(self.server.cpu_seconds))];
+        for (name, seconds) in [
+            ("postgres", self.server.postgres_cpu_seconds),
+            ("redis", self.server.redis_cpu_seconds),
+        ] {
+            if let Some(seconds) = seconds {
+                out.push_str(&format!(
+                    "{name:<12}cpu {seconds:.1} s ({:.2} cores)\n",
+                    seconds / self.duration_s.max(1e-9)
+                ));
+                per.push(format!("{name} {:.2}", per_op(seconds)));
+            }
+        }
+        out.push_str(&format!("cpu ms/op   {}\n", per.join("  ")));
         for (name, value) in &self.baselines {
             out.push_str(&format!("baseline    {name} = {value:.0}\n"));
         }

@@ -226,11 +226,14 @@ async fn submit_and_await(
 
 pub(crate) fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
     let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
+    let between = |a: Option<f64>, b: Option<f64>| Some((b? - a?).max(0.0));
     ServerUsage {
         cpu_seconds: cpu,
         cpu_cores_used: cpu / wall.as_secs_f64().max(1e-9),
         rss_mib: after.rss_kib as f64 / 1024.0,
         peak_rss_mib: after.peak_rss_kib as f64 / 1024.0,
+        postgres_cpu_seconds: between(before.postgres_cpu_seconds, after.postgres_cpu_seconds),
+        redis_cpu_seconds: between(before.redis_cpu_seconds, after.redis_cpu_seconds),
     }
 }
 

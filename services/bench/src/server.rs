@@ -74,12 +74,55 @@ fn spawn(
     Ok((child, format!("http://{addr}")))
 }
 
-/// CPU seconds (user + system) and memory of a process, from `/proc`.
+/// CPU seconds (user + system) and memory of a process, from `/proc`; on the
+/// production backends also the CPU seconds of the PostgreSQL and Redis
+/// servers (every process of theirs on this machine).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub cpu_seconds: f64,
     pub rss_kib: u64,
     pub peak_rss_kib: u64,
+    pub postgres_cpu_seconds: Option<f64>,
+    pub redis_cpu_seconds: Option<f64>,
+}
+
+/// One process's line of `/proc/<pid>/stat`: (pid, parent, command name,
+/// its own CPU ticks, the ticks of the children it has reaped).
+fn stat_of(pid: &str) -> Option<(u32, u32, String, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let comm = head.split_once('(')?.1.to_owned();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    // After `(comm)`: state, ppid, …; utime, stime, cutime, cstime are the
+    // 12th to 15th.
+    Some((
+        pid.parse().ok()?,
+        fields.get(1)?.parse().ok()?,
+        comm,
+        tick(11)? + tick(12)?,
+        tick(13)? + tick(14)?,
+    ))
+}
+
+/// CPU seconds of every process named `comm` on this machine, with what its
+/// tree's root has reaped: PostgreSQL's backends come and go, and the ticks
+/// of one that ended are counted in the postmaster's children time.
+pub fn cpu_of_processes(comm: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let stats: Vec<_> = dir
+        .flatten()
+        .filter_map(|e| stat_of(e.file_name().to_str()?))
+        .filter(|(_, _, name, _, _)| name == comm)
+        .collect();
+    let ours: std::collections::HashSet<u32> = stats.iter().map(|s| s.0).collect();
+    let ticks: u64 = stats
+        .iter()
+        .map(|(_, parent, _, own, reaped)| own + if ours.contains(parent) { 0 } else { *reaped })
+        .sum();
+    ticks as f64 / 100.0 // USER_HZ on Linux
 }
 
 fn countersign(
@@ -173,10 +216,13 @@ impl Server {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_default()
         };
+        let production = self.production.is_some();
         Usage {
             cpu_seconds,
             rss_kib: kib("VmRSS:"),
             peak_rss_kib: kib("VmHWM:"),
+            postgres_cpu_seconds: production.then(|| cpu_of_processes("postgres")),
+            redis_cpu_seconds: production.then(|| cpu_of_processes("redis-server")),
         }
     }
 }
@@ -185,5 +231,27 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that has ended still counts: its time is in its parent's
+    /// reaped ticks (as a PostgreSQL backend's is in the postmaster's).
+    #[test]
+    fn the_cpu_of_a_process_tree_includes_the_children_it_has_reaped() {
+        let ours = stat_of(&std::process::id().to_string())
+            .expect("own stat")
+            .2;
+        let before = cpu_of_processes(&ours);
+        let status = Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let spent = cpu_of_processes(&ours) - before;
+        assert!(spent >= 0.05, "{spent} s counted for a busy child");
     }
 }

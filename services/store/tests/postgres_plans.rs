@@ -4,13 +4,15 @@
 #[path = "support/postgres.rs"]
 mod support;
 
-use countersign_store::postgres::{IN_COMMIT_ORDER, NEXT_DECISIONS, candidates_query};
+use countersign_store::postgres::{
+    IN_COMMIT_ORDER, NEXT_DECISIONS, PROPOSAL_BY_KEY, candidates_query, events_after_query,
+};
 use sqlx::Connection;
 use support::TestDatabase;
 
 /// Puts a transaction in a row-level-security scope (`system`, or a tenant's
 /// when `scope` is empty), planning every statement for its parameters as the
-/// store's connections do.
+/// store's facts and sequencer transactions do (`scope::CUSTOM_PLANS`).
 async fn scoped(conn: &mut sqlx::PgConnection, scope: &str, tenant: &str) {
     sqlx::query(
         "SELECT set_config('app.scope', $1, true), set_config('app.tenant_id', $2, true),
@@ -153,4 +155,132 @@ async fn refreshed_statistics_turn_a_young_tables_batch_reads_into_key_reads() {
     assert!(after.contains("Index Cond: (id = ANY"), "{after}");
     // Nothing changed since: nothing to do.
     assert_eq!(store.refresh_statistics().await.unwrap(), 0);
+}
+
+/// Grows tenants to so many decided proposals each (with their SUBMITTED
+/// events), as the owner, and analyses the tables.
+async fn grow(db: &TestDatabase, sizes: &[(&str, i64)]) {
+    let store = db.store().await;
+    let mut owner = db.owner_connection().await;
+    for &(tenant, n) in sizes {
+        store.create_tenant(tenant).await.unwrap();
+        let mut tx = owner.begin().await.unwrap();
+        sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+                 spec_json, spec_digest, state, submitted_by, created_at, updated_at, decided_at)
+             SELECT $1 || '-' || lpad(i::text, 26, '0'), $1, 'restart', 'write', 'node-' || (i % 50),
+                    'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i, i
+             FROM generate_series(1, $2) AS i",
+        )
+        .bind(tenant)
+        .bind(n)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    sqlx::query("ANALYZE proposals, events")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+}
+
+/// The plan `sql` runs with, given `args`, in `tenant`'s scope (the system
+/// scope when empty) under `plan_cache_mode = mode`: `force_generic_plan` is
+/// the plan a pooled connection caches after five runs, made without the
+/// parameters; `force_custom_plan` is planning each run for its own.
+async fn plan_in(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    mode: &str,
+    sql: &str,
+    args: &str,
+) -> String {
+    let mut tx = conn.begin().await.unwrap();
+    let scope = if tenant.is_empty() { "system" } else { "" };
+    sqlx::query(
+        "SELECT set_config('app.scope', $1, true), set_config('app.tenant_id', $2, true),
+                set_config('plan_cache_mode', $3, true)",
+    )
+    .bind(scope)
+    .bind(tenant)
+    .bind(mode)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!("PREPARE hot AS {sql}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE hot({args})"))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    // A prepared statement outlives its transaction.
+    sqlx::raw_sql("DEALLOCATE hot")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    plan.join("\n")
+}
+
+/// The reads run thousands of times a second (a proposal by key, the
+/// fan-out's next events) keep PostgreSQL's default planning: one plan per
+/// connection, made without their parameters. On grown tables each of those
+/// plans still reads by key, never a whole table or tenant. (Planning every
+/// run was a quarter of the database's CPU per decision.) A watcher's
+/// replay of one tenant is planned per run: made without the tenant, its plan
+/// walked every tenant's log past the cursor (checked here too).
+#[tokio::test]
+async fn the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters() {
+    let db = TestDatabase::migrated().await;
+    grow(&db, &[("acme", 200), ("other", 20_000)]).await;
+    let mut conn = db.app_connection().await;
+    let (generic, custom) = ("force_generic_plan", "force_custom_plan");
+    let (every_tenant, one_tenant) = (
+        events_after_query(false, 100),
+        events_after_query(true, 100),
+    );
+    let cases = [
+        (
+            "acme",
+            generic,
+            PROPOSAL_BY_KEY,
+            "'acme', 'acme-00000000000000000000000042'",
+            vec!["Index Scan using proposals_pkey on proposals"],
+        ),
+        (
+            "",
+            generic,
+            every_tenant.as_str(),
+            "20100",
+            vec![
+                "Index Scan using events_pkey on events e",
+                "Index Scan using proposals_pkey on proposals p",
+            ],
+        ),
+        (
+            "acme",
+            custom,
+            one_tenant.as_str(),
+            "10, 'acme'",
+            vec![
+                "Index Scan using events_by_tenant on events e",
+                "Index Scan using proposals_pkey on proposals p",
+            ],
+        ),
+    ];
+    for (tenant, mode, sql, args, expected) in cases {
+        let plan = plan_in(&mut conn, tenant, mode, sql, args).await;
+        for step in expected {
+            assert!(plan.contains(step), "{sql}\nexpected {step:?} in:\n{plan}");
+        }
+        assert!(!plan.contains("Seq Scan"), "{sql}\n{plan}");
+        assert!(!plan.contains("Bitmap"), "{sql}\n{plan}");
+    }
 }

@@ -25,11 +25,12 @@ WHERE d.commit_order > $1 ORDER BY d.commit_order LIMIT $2";
 /// 'system'`) to keep ~0.5% of rows, so it expected a handful of decisions past
 /// `through` and chose to scan and sort them all: 3 s per batch of 1,000 with
 /// 1,000,000 decisions (the log fell behind at ~400 entries/s), 48 ms walking
-/// the index.
+/// the index. Planned for its parameters each time (`scope::CUSTOM_PLANS`).
 #[doc(hidden)]
 pub const IN_COMMIT_ORDER: &str = "SELECT set_config('enable_seqscan', 'off', true),
     set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true),
-    set_config('max_parallel_workers_per_gather', '0', true)";
+    set_config('max_parallel_workers_per_gather', '0', true),
+    set_config('plan_cache_mode', 'force_custom_plan', true)";
 
 /// Appends up to `limit` decisions not yet in their tenant's log, in commit
 /// order, in one transaction; returns how many. Sequencers take turns on the

@@ -10,10 +10,14 @@ mod audit;
 #[doc(hidden)]
 pub use audit::{IN_COMMIT_ORDER, NEXT_DECISIONS};
 mod events;
+#[doc(hidden)]
+pub use events::events_after_query;
 mod group_commit;
 mod keys;
 mod outbox;
 mod proposals;
+#[doc(hidden)]
+pub use proposals::BY_KEY as PROPOSAL_BY_KEY;
 mod reference;
 mod review;
 #[doc(hidden)]
@@ -57,17 +61,16 @@ pub struct PostgresStore {
 }
 
 fn options(url: &str) -> Result<PgConnectOptions> {
+    // Plans: PostgreSQL's default (`plan_cache_mode = auto`), so a statement
+    // run many times is planned once per connection. Planning every run was
+    // this connection's setting: a primary-key read planned in 0.2 ms and run
+    // in 0.1, and the database spent 3.25 ms of CPU per decision on `bench
+    // submit-decide --production` against 2.2–2.6 ms now. The few statements
+    // whose best plan depends on the data are planned per run by their own
+    // transactions (`scope::CUSTOM_PLANS`).
     Ok(PgConnectOptions::from_str(url)?
         // A statement this slow is a finding: it goes to the log.
-        .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250))
-        // Plan every execution for its own parameters. A prepared statement's
-        // generic plan (PostgreSQL's choice after five runs) is costed on the
-        // tables as they were, and a pooled connection keeps it: made on a
-        // new, empty database it went on walking a whole tenant by `tenant`
-        // alone once the tables grew (a primary-key read 3.1 ms, the event
-        // read 3.9 ms against 0.2). Measured on `bench submit-decide
-        // --production`: 233 decisions/s with generic plans, 380 without.
-        .options([("plan_cache_mode", "force_custom_plan")]))
+        .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250)))
 }
 
 impl PostgresStore {

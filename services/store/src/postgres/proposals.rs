@@ -28,10 +28,14 @@ pub fn from_row(row: &PgRow) -> Result<Proposal> {
     })
 }
 
+/// A proposal by its key (every `GetProposal` and `AwaitDecision`).
+#[doc(hidden)]
+pub const BY_KEY: &str = "SELECT * FROM proposals WHERE tenant = $1 AND id = $2";
+
 /// One proposal of one tenant, with its decision once it has one; the
 /// transaction must be in the tenant's scope.
 pub async fn fetch(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-    let row = sqlx::query("SELECT * FROM proposals WHERE tenant = $1 AND id = $2")
+    let row = sqlx::query(BY_KEY)
         .bind(tenant)
         .bind(id)
         .fetch_optional(&mut *conn)

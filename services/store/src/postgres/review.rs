@@ -203,7 +203,12 @@ const MAX_OTHERS: usize = 16;
 #[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
 pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
     let mut tx = pool.begin().await?;
+    // One snapshot, and plans for each batch's own parameters (see
+    // `scope::CUSTOM_PLANS`).
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(&format!("SELECT {}", scope::CUSTOM_PLANS))
         .execute(&mut *tx)
         .await?;
     let mut out: Vec<Option<Result<ReviewFacts>>> = (0..proposals.len()).map(|_| None).collect();

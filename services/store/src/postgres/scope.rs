@@ -16,6 +16,19 @@ pub async fn tenant(pool: &PgPool, tenant: &str) -> Result<Tx> {
     Ok(tx)
 }
 
+/// [`tenant`], its statements planned for their parameters ([`CUSTOM_PLANS`]).
+pub async fn tenant_planned_per_run(pool: &PgPool, tenant: &str) -> Result<Tx> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(&format!(
+        "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true),
+                {CUSTOM_PLANS}"
+    ))
+    .bind(tenant)
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
+}
+
 /// The tenant scope a transaction is in, for a batch whose phases revisit its
 /// tenants: moving to the tenant it is already in costs no statement (a
 /// one-tenant batch switches once, not once per phase).
@@ -40,6 +53,15 @@ pub async fn enter_tenant(conn: &mut PgConnection, tenant: &str) -> Result<()> {
         .await?;
     Ok(())
 }
+
+/// Plans every statement of the transaction for its own parameters. A generic
+/// plan (PostgreSQL's choice for a prepared statement after five runs) is
+/// costed without them, which is right for a read by key and wrong where the
+/// best plan depends on the values: a review's facts (a tenant's share of the
+/// table, a batch's arrays), a watcher's replay (a tenant's share of the log)
+/// and the audit sequencer (see `audit::IN_COMMIT_ORDER`) set it; every other
+/// statement keeps its cached plan (test: `postgres_plans::the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters`).
+pub const CUSTOM_PLANS: &str = "set_config('plan_cache_mode', 'force_custom_plan', true)";
 
 /// A transaction that reads every tenant's rows and writes none of them (the
 /// event log's retention excepted). Only the cross-tenant operations named in
