@@ -138,7 +138,7 @@ pub async fn begin_many(
 /// that: 150–400 ms a batch after 6,000 proposals). A proposal found by two
 /// branches comes twice; `blocks` (domain) then picks each proposal's own and
 /// the caller drops repeats. One query per batch and tenant, not one per
-/// proposal: planning it for its parameters (see `options`) costs about 2 ms.
+/// proposal: planning it for its parameters (`scope::CUSTOM_PLANS`) costs about 2 ms.
 #[doc(hidden)]
 pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     const COLUMNS: &str = "id, action, target, blast_radius, state, created_at, decided_at";
