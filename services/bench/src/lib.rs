@@ -79,6 +79,11 @@ pub struct LoadArgs {
     /// into the database, measure again, and print the ratio.
     #[arg(long)]
     pub growth: Option<u64>,
+    /// Proposals decided before each measured run and not counted: a cold
+    /// first run measures the start (connections, plan and buffer caches, a
+    /// young table's first statistics) as much as the steady state.
+    #[arg(long, default_value = "1000")]
+    pub warmup: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

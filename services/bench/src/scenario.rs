@@ -247,10 +247,10 @@ async fn drive(
     endpoint: &str,
     key: &str,
     load: &LoadArgs,
-    pool: u64,
+    (pool, first): (u64, u64),
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<Duration> {
-    let next = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(first));
     let board = match load.via {
         Via::Await => None,
         Via::Watch => Some(Board::open(endpoint, key).await?),
@@ -266,7 +266,7 @@ async fn drive(
                 tasks.spawn(async move {
                     loop {
                         let n = next.fetch_add(1, Ordering::Relaxed);
-                        if n >= load.proposals {
+                        if n >= first + load.proposals {
                             break;
                         }
                         let reject = is_reject(n, load.reject_ratio);
@@ -289,7 +289,7 @@ async fn drive(
                 clients.push(proposals(endpoint, key).await?);
             }
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
-            for n in 0..load.proposals {
+            for n in first..first + load.proposals {
                 tick.tick().await;
                 let mut client = clients[(n % clients.len() as u64) as usize].clone();
                 let (tally, load, board) = (tally.clone(), load.clone(), board.clone());
@@ -326,7 +326,7 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let tally = Arc::new(Mutex::new(Tally::new()));
     let before = server.usage();
-    let wall = drive(&server.endpoint, key, load, pool, tally.clone()).await?;
+    let wall = drive(&server.endpoint, key, load, (pool, 0), tally.clone()).await?;
     let after = server.usage();
     let tally = std::mem::take(&mut *tally.lock().await);
     Ok(Measured {
@@ -334,6 +334,40 @@ async fn measure(
         wall,
         usage: usage_between(before, after, wall),
     })
+}
+
+/// Decides `load.warmup` proposals, not counted, so that a measured run does
+/// not include the server's and its databases' start (connections, plan and
+/// buffer caches, a young table's first statistics). `round` keeps each
+/// warm-up's proposals distinct from every other run's.
+async fn warm_up(
+    server: &Server,
+    key: &str,
+    load: &LoadArgs,
+    pool: u64,
+    round: u64,
+) -> anyhow::Result<()> {
+    if load.warmup == 0 {
+        return Ok(());
+    }
+    let warmup = LoadArgs {
+        proposals: load.warmup,
+        ..load.clone()
+    };
+    let tally = Arc::new(Mutex::new(Tally::new()));
+    drive(
+        &server.endpoint,
+        key,
+        &warmup,
+        (pool, round << 40),
+        tally.clone(),
+    )
+    .await?;
+    let tally = tally.lock().await;
+    if !tally.errors.is_empty() {
+        anyhow::bail!("the warm-up failed: {:?}", tally.errors);
+    }
+    Ok(())
 }
 
 impl Measured {
@@ -409,6 +443,7 @@ async fn submit_decide_on(
     let mut server = Server::start_on(args.reviewers, production)?;
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
+    warm_up(&server, &key, load, pool, 1).await?;
     let empty = measure(&server, &key, load, pool).await?;
     let mut latencies = BTreeMap::from([
         (
@@ -457,12 +492,14 @@ async fn submit_decide_on(
             "admin", "key", "create", "--tenant", "default", "--role", "auditor",
         ])?;
         let mut audit = crate::audit_query::client(&server.endpoint, &auditor).await?;
-        let decided: u64 = empty.tally.outcomes.values().sum();
+        // Every decision so far: the first warm-up's and the measured run's.
+        let decided: u64 = empty.tally.outcomes.values().sum::<u64>() + load.warmup;
         let chained = crate::audit_query::await_log(&mut audit, decided + rows).await?;
         baselines.insert(
             "growth_sequencer_entries_per_s".to_owned(),
             rows as f64 / chained.as_secs_f64(),
         );
+        warm_up(&server, &key, load, pool, 2).await?;
         let grown = measure(&server, &key, load, pool).await?;
         latencies.insert(
             format!("submit → decision after {rows} decided"),
@@ -491,7 +528,7 @@ async fn submit_decide_on(
         params: json!({
             "proposals": load.proposals, "clients": load.clients, "rate": load.rate,
             "reject_ratio": load.reject_ratio, "reviewers": args.reviewers, "via": load.via,
-            "growth": load.growth, "backend": backend,
+            "growth": load.growth, "warmup": load.warmup, "backend": backend,
         }),
         duration_s: headline.1.as_secs_f64(),
         throughput_per_s: headline.0,
