@@ -105,6 +105,31 @@ async fn plan_of_a_batch_read_by_key(conn: &mut sqlx::PgConnection, tenant: &str
     plan.join("\n")
 }
 
+/// Writes `n` approved proposals of `tenant` (ids `prefix` and a padded
+/// number, over 50 targets) in its scope, as the owner, in one transaction.
+async fn insert_approved(owner: &mut sqlx::PgConnection, tenant: &str, prefix: &str, n: i64) {
+    let mut tx = owner.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
+        .bind(tenant)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, state, submitted_by, created_at, updated_at, decided_at)
+         SELECT $2 || lpad(i::text, 26, '0'), $1, 'restart', 'write', 'node-' || (i % 50),
+                'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i, i
+         FROM generate_series(1, $3) AS i",
+    )
+    .bind(tenant)
+    .bind(prefix)
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
 /// On a young table the planner knows no tenant's share of the rows, reads a
 /// batch by `tenant` alone (a pass over all of the tenant's rows) and keeps
 /// doing so until autovacuum's next turn. The store refreshes the statistics
@@ -121,22 +146,7 @@ async fn refreshed_statistics_turn_a_young_tables_batch_reads_into_key_reads() {
         .execute(&mut owner)
         .await
         .unwrap();
-    let mut tx = owner.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.tenant_id', 'acme', true)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, state, submitted_by, created_at, updated_at)
-         SELECT 'P' || lpad(i::text, 26, '0'), 'acme', 'restart', 'write', 'node-' || (i % 50),
-                'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i
-         FROM generate_series(1, 5000) AS i",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    insert_approved(&mut owner, "acme", "P", 5000).await;
     // A backend reports its counts when it ends (or after 10 s idle).
     owner.close().await.unwrap();
 
@@ -164,25 +174,7 @@ async fn grow(db: &TestDatabase, sizes: &[(&str, i64)]) {
     let mut owner = db.owner_connection().await;
     for &(tenant, n) in sizes {
         store.create_tenant(tenant).await.unwrap();
-        let mut tx = owner.begin().await.unwrap();
-        sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
-            .bind(tenant)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-                 spec_json, spec_digest, state, submitted_by, created_at, updated_at, decided_at)
-             SELECT $1 || '-' || lpad(i::text, 26, '0'), $1, 'restart', 'write', 'node-' || (i % 50),
-                    'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i, i
-             FROM generate_series(1, $2) AS i",
-        )
-        .bind(tenant)
-        .bind(n)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
+        insert_approved(&mut owner, tenant, &format!("{tenant}-"), n).await;
     }
     sqlx::query("ANALYZE proposals, events")
         .execute(&mut owner)
