@@ -651,6 +651,7 @@ async fn noisy_neighbour_on(
         *errors.entry(format!("flood {k}")).or_default() += v;
     }
     let flood_rate = flood_p.count as f64 / wall.as_secs_f64();
+    let submit_of = |tally: &Tally| Percentiles::of(tally.submit.as_ref().expect("histogram"));
     Ok(Report {
         scenario: "noisy-neighbour".into(),
         started_at,
@@ -676,6 +677,12 @@ async fn noisy_neighbour_on(
             ("trickle alone".to_owned(), alone_p),
             ("trickle while flooded".to_owned(), flooded_p),
             ("flood".to_owned(), flood_p),
+            // The Submit call alone (its share of the latencies above).
+            ("trickle submit alone".to_owned(), submit_of(&alone)),
+            (
+                "trickle submit while flooded".to_owned(),
+                submit_of(&flooded),
+            ),
         ]),
         outcomes: flooded.outcomes.clone(),
         errors,

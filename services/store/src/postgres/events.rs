@@ -45,15 +45,24 @@ pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<St
 /// are large, prefers hashing all of `proposals` to reading it by key. One
 /// tenant's replay is planned per run (`scope::CUSTOM_PLANS`): without the
 /// tenant the planner cannot tell a small one from a large one, and walked
-/// every tenant's log past the cursor (`postgres_plans` test).
+/// every tenant's log past the cursor (`postgres_plans` test). The page of
+/// events is read first, then each event's proposal by its key (a subquery
+/// with a limit is not merged into a join, and the tenant is compared with
+/// `IS NOT DISTINCT FROM`, which no index answers, so only the key can serve
+/// it): joined, a young table's guesses (ten pages, a handful of proposals
+/// under the row-level-security filter) made PostgreSQL walk every proposal
+/// and probe the log for each, with a plan cached while the table was tiny.
 #[doc(hidden)]
 pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
     let tenant = if one_tenant { "e.tenant = $2 AND " } else { "" };
     format!(
         "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
                 e.created_at AS ev_at, p.*
-         FROM events e JOIN proposals p ON p.tenant = e.tenant AND p.id = e.proposal_id
-         WHERE {tenant}e.cursor > $1 ORDER BY e.cursor LIMIT {limit}"
+         FROM (SELECT * FROM events e WHERE {tenant}e.cursor > $1
+               ORDER BY e.cursor LIMIT {limit}) AS e
+         CROSS JOIN LATERAL (SELECT * FROM proposals p WHERE p.id = e.proposal_id
+                             AND p.tenant IS NOT DISTINCT FROM e.tenant LIMIT 1) AS p
+         ORDER BY e.cursor"
     )
 }
 
