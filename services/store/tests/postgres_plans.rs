@@ -11,20 +11,25 @@ use countersign_store::postgres::{
 use sqlx::Connection;
 use support::TestDatabase;
 
-/// Puts a transaction in a row-level-security scope (`system`, or a tenant's
-/// when `scope` is empty), planning every statement for its parameters as the
-/// store's facts and sequencer transactions do (`scope::CUSTOM_PLANS`).
-async fn scoped(conn: &mut sqlx::PgConnection, scope: &str, tenant: &str) {
+/// Puts a transaction in `tenant`'s row-level-security scope (the system
+/// scope when empty) under `plan_cache_mode = mode`.
+async fn scoped(conn: &mut sqlx::PgConnection, tenant: &str, mode: &str) {
+    let scope = if tenant.is_empty() { "system" } else { "" };
     sqlx::query(
         "SELECT set_config('app.scope', $1, true), set_config('app.tenant_id', $2, true),
-                set_config('plan_cache_mode', 'force_custom_plan', true)",
+                set_config('plan_cache_mode', $3, true)",
     )
     .bind(scope)
     .bind(tenant)
+    .bind(mode)
     .execute(conn)
     .await
     .unwrap();
 }
+
+/// Planning every statement for its parameters, as the store's facts and
+/// sequencer transactions do (`scope::CUSTOM_PLANS`).
+const PER_RUN: &str = "force_custom_plan";
 
 /// The sequencer reads the next decisions by walking the commit-order index,
 /// in system scope, with the parameters it binds: never a scan of the table
@@ -34,7 +39,7 @@ async fn the_sequencer_reads_the_next_decisions_along_the_commit_order_index() {
     let db = TestDatabase::migrated().await;
     let mut conn = db.app_connection().await;
     let mut tx = conn.begin().await.unwrap();
-    scoped(&mut tx, "system", "").await;
+    scoped(&mut tx, "", PER_RUN).await;
     sqlx::query(IN_COMMIT_ORDER)
         .execute(&mut *tx)
         .await
@@ -64,7 +69,7 @@ async fn the_parallel_operation_facts_read_proposals_once_per_branch_even_on_a_y
     let db = TestDatabase::migrated().await;
     let mut conn = db.app_connection().await;
     let mut tx = conn.begin().await.unwrap();
-    scoped(&mut tx, "", "acme").await;
+    scoped(&mut tx, "acme", PER_RUN).await;
     for (tenant_wide, branches) in [(false, 4), (true, 6)] {
         let plan: Vec<String> =
             sqlx::query_scalar(&format!("EXPLAIN {}", candidates_query(tenant_wide, false)))
@@ -88,7 +93,7 @@ async fn the_parallel_operation_facts_read_proposals_once_per_branch_even_on_a_y
 /// the service role sees it in `tenant`'s scope.
 async fn plan_of_a_batch_read_by_key(conn: &mut sqlx::PgConnection, tenant: &str) -> String {
     let mut tx = conn.begin().await.unwrap();
-    scoped(&mut tx, "", tenant).await;
+    scoped(&mut tx, tenant, PER_RUN).await;
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN SELECT id, state, target FROM proposals WHERE tenant = $1 AND id = ANY($2)
          ORDER BY id FOR UPDATE",
@@ -273,17 +278,7 @@ async fn explain_prepared(
     args: &str,
 ) -> String {
     let mut tx = conn.begin().await.unwrap();
-    let scope = if tenant.is_empty() { "system" } else { "" };
-    sqlx::query(
-        "SELECT set_config('app.scope', $1, true), set_config('app.tenant_id', $2, true),
-                set_config('plan_cache_mode', $3, true)",
-    )
-    .bind(scope)
-    .bind(tenant)
-    .bind(mode)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    scoped(&mut tx, tenant, mode).await;
     let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE {name}({args})"))
         .fetch_all(&mut *tx)
         .await
@@ -341,7 +336,7 @@ async fn decided_states_and_the_fan_out_read_proposals_by_key_on_a_young_table()
 
     for (name, tenant, sql, args) in &cases {
         let cached = explain_prepared(&mut conn, tenant, generic, name, args).await;
-        let per_run = plan_in(&mut conn, tenant, "force_custom_plan", sql, args).await;
+        let per_run = plan_in(&mut conn, tenant, PER_RUN, sql, args).await;
         for plan in [cached, per_run] {
             assert!(
                 plan.contains("using proposals_pkey on proposals"),
