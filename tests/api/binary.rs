@@ -14,6 +14,20 @@ const BIN: &str = env!("CARGO_BIN_EXE_countersign");
 pub struct Server {
     pub child: Child,
     pub endpoint: String,
+    /// Drains the server's stderr as it writes (a pipe nobody reads fills
+    /// at 64 KiB and then blocks the server's logging, and with it the
+    /// server), and answers it whole once the server has exited.
+    logs: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Server {
+    /// Everything the server wrote to stderr; call once it has exited.
+    pub fn logs(&mut self) -> String {
+        self.logs
+            .take()
+            .map(|drain| drain.join().unwrap())
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for Server {
@@ -46,17 +60,26 @@ pub fn serve_with(dir: &Path, extra: &[&str]) -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start countersign serve");
-    let stdout = child.stdout.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
+    stdout.read_line(&mut line).unwrap();
     let addr = line
         .trim()
         .strip_prefix("countersign listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_owned();
+    // Both pipes stay drained for as long as the server runs.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let mut stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut logs = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut logs);
+        logs
+    });
     Server {
         child,
         endpoint: format!("http://{addr}"),
+        logs: Some(logs),
     }
 }
 
@@ -283,8 +306,7 @@ fn serve_logs_the_admin_key_path_never_the_key_and_stops_on_sigterm() {
     }
     let status = status.expect("serve exits on SIGTERM");
     assert!(status.success(), "{status:?}");
-    let mut logs = String::new();
-    std::io::Read::read_to_string(server.child.stderr.as_mut().unwrap(), &mut logs).unwrap();
+    let logs = server.logs();
     assert!(logs.contains("admin.key"), "{logs}");
     assert!(!logs.contains(key.trim()), "the key leaked into the logs");
     assert!(logs.contains("SIGTERM"), "{logs}");

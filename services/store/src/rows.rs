@@ -45,6 +45,31 @@ macro_rules! columns {
 columns!(sqlx::postgres::PgRow);
 columns!(sqlx::sqlite::SqliteRow);
 
+/// A row's columns under a prefix: a joined table's, aliased `d_outcome`, …
+/// beside another table's `*` whose names they would clash with.
+pub(crate) struct Prefixed<'r, R>(pub &'r R, pub &'static str);
+
+impl<R: Columns> Prefixed<'_, R> {
+    fn name(&self, column: &str) -> String {
+        format!("{}{column}", self.1)
+    }
+}
+
+impl<R: Columns> Columns for Prefixed<'_, R> {
+    fn text(&self, column: &str) -> Result<String> {
+        self.0.text(&self.name(column))
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        self.0.opt_text(&self.name(column))
+    }
+    fn int(&self, column: &str) -> Result<i64> {
+        self.0.int(&self.name(column))
+    }
+    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+        self.0.opt_int(&self.name(column))
+    }
+}
+
 /// A `decisions` row (its `sequence` and `digest` come from the audit log).
 pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
     let id = row.text("proposal_id")?;

@@ -245,6 +245,7 @@ async fn the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters() {
             vec![
                 "Index Scan using events_pkey on events e",
                 "Index Scan using proposals_pkey on proposals p",
+                "Index Scan using decisions_pkey on decisions d",
             ],
         ),
         (
@@ -343,6 +344,12 @@ async fn decided_states_and_the_fan_out_read_proposals_by_key_on_a_young_table()
                 "{sql}\n{plan}"
             );
             assert!(!plan.contains("Seq Scan on proposals"), "{sql}\n{plan}");
+            if *name == "fan_out" {
+                assert!(
+                    plan.contains("using decisions_pkey on decisions"),
+                    "{sql}\n{plan}"
+                );
+            }
         }
     }
 }

@@ -5,7 +5,10 @@ use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use sqlx::{PgPool, Row};
 
 use super::{proposals, scope};
-use crate::{EventKind, Result, StoreError, StoreEvent};
+use crate::{
+    EventKind, Result, StoreError, StoreEvent,
+    rows::{Prefixed, decision_from_row},
+};
 
 #[tracing::instrument(name = "store.postgres.proposal_events", skip(pool))]
 pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
@@ -52,19 +55,45 @@ pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<St
 /// it): joined, a young table's guesses (ten pages, a handful of proposals
 /// under the row-level-security filter) made PostgreSQL walk every proposal
 /// and probe the log for each, with a plan cached while the table was tiny.
+/// A decided proposal's decision comes the same way, by key, its columns
+/// prefixed `d_` (see [`DECISION_COLUMNS`]).
 #[doc(hidden)]
 pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
     let tenant = if one_tenant { "e.tenant = $2 AND " } else { "" };
+    let decision = DECISION_COLUMNS
+        .iter()
+        .map(|c| format!("d.{c} AS d_{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
         "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
-                e.created_at AS ev_at, p.*
+                e.created_at AS ev_at, p.*, d.*
          FROM (SELECT * FROM events e WHERE {tenant}e.cursor > $1
                ORDER BY e.cursor LIMIT {limit}) AS e
          CROSS JOIN LATERAL (SELECT * FROM proposals p WHERE p.id = e.proposal_id
                              AND p.tenant IS NOT DISTINCT FROM e.tenant LIMIT 1) AS p
+         LEFT JOIN LATERAL (SELECT {decision} FROM decisions d WHERE d.proposal_id = p.id
+                            AND d.tenant IS NOT DISTINCT FROM p.tenant LIMIT 1) AS d ON true
          ORDER BY e.cursor"
     )
 }
+
+/// The `decisions` columns a decision is read from.
+const DECISION_COLUMNS: [&str; 13] = [
+    "proposal_id",
+    "outcome",
+    "reason",
+    "agent_message",
+    "sop_id",
+    "sop_version",
+    "rollback_path",
+    "gates_json",
+    "missing_gates_json",
+    "reviewer",
+    "decided_at",
+    "summary",
+    "review_latency_ms",
+];
 
 #[tracing::instrument(name = "store.postgres.events_after", skip(pool))]
 pub async fn after(
@@ -76,7 +105,7 @@ pub async fn after(
     let after = i64::try_from(after).unwrap_or(i64::MAX);
     let mut tx = match tenant {
         Some(tenant) => scope::tenant_planned_per_run(pool, tenant).await?,
-        None => scope::system(pool).await?,
+        None => scope::system_planned_once(pool).await?,
     };
     let sql = events_after_query(tenant.is_some(), limit);
     let rows = sqlx::query(&sql)
@@ -84,6 +113,7 @@ pub async fn after(
         .bind(tenant)
         .fetch_all(&mut *tx)
         .await?;
+    tx.commit().await?;
     let mut events = Vec::with_capacity(rows.len());
     for row in &rows {
         let cursor: i64 = row.try_get("ev_cursor")?;
@@ -95,7 +125,11 @@ pub async fn after(
         let state: ProposalState = state
             .parse()
             .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
-        let proposal = proposals::from_row(row)?;
+        let mut proposal = proposals::from_row(row)?;
+        let decided: Option<String> = row.try_get("d_proposal_id")?;
+        if proposal.state.is_terminal() && decided.is_some() {
+            proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
+        }
         events.push(Event::at(
             cursor as u64,
             kind,
@@ -104,31 +138,6 @@ pub async fn after(
             proposal,
         ));
     }
-    let ended: Vec<(String, String)> = events
-        .iter()
-        .filter(|e| e.proposal.state.is_terminal())
-        .map(|e| (e.proposal.tenant.clone(), e.proposal.id.clone()))
-        .collect();
-    if !ended.is_empty() {
-        let (tenants, ids): (Vec<String>, Vec<String>) = ended.into_iter().unzip();
-        let rows = sqlx::query(
-            "SELECT d.* FROM unnest($1::text[], $2::text[]) AS j(tenant, id)
-             JOIN decisions AS d ON d.proposal_id = j.id AND d.tenant = j.tenant",
-        )
-        .bind(&tenants)
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut decisions = std::collections::HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let id: String = row.try_get("proposal_id")?;
-            decisions.insert(id, crate::rows::decision_from_row(row)?);
-        }
-        for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
-            event.proposal.decision = decisions.get(&event.proposal.id).cloned();
-        }
-    }
-    tx.commit().await?;
     Ok(events)
 }
 
