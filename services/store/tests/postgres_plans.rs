@@ -5,8 +5,8 @@
 mod support;
 
 use countersign_store::postgres::{
-    DECIDED_STATE, IN_COMMIT_ORDER, NEXT_DECISIONS, PROPOSAL_BY_KEY, candidates_query,
-    events_after_query,
+    BEGIN_REVIEW, DECIDED_STATE, IN_COMMIT_ORDER, LOCK_FOR_DECISION, NEXT_DECISIONS,
+    PROPOSAL_BY_KEY, candidates_query, events_after_query,
 };
 use sqlx::Connection;
 use support::TestDatabase;
@@ -288,8 +288,8 @@ async fn explain_prepared(
     plan.join("\n")
 }
 
-/// What every decision batch writes and the fan-out reads after it, on a
-/// young table (a deployment's first minutes, every benchmark run): each
+/// What every review batch writes (REVIEWING, the lock for its decision, the
+/// decided state) and the fan-out reads after it, on a young table (a deployment's first minutes, every benchmark run): each
 /// proposal is read by key, with the plan a connection cached while the
 /// table was tiny (growth alone does not replace it) and with one made for
 /// the run. Joined, PostgreSQL planned them on guesses: 100 rows for a
@@ -298,7 +298,7 @@ async fn explain_prepared(
 /// proposals and every read of the fan-out walked all of them, probing the
 /// log for each (12 ms of PostgreSQL CPU per decision at 100 decisions/s).
 #[tokio::test]
-async fn decided_states_and_the_fan_out_read_proposals_by_key_on_a_young_table() {
+async fn a_review_batchs_writes_and_the_fan_out_read_proposals_by_key_on_a_young_table() {
     let db = TestDatabase::migrated().await;
     db.store().await.create_tenant("acme").await.unwrap();
     let mut owner = db.owner_connection().await;
@@ -316,6 +316,8 @@ async fn decided_states_and_the_fan_out_read_proposals_by_key_on_a_young_table()
     let id = "acme-00000000000000000000000042";
     let fan_out = events_after_query(false, 256);
     let cases = [
+        ("begin", "acme", BEGIN_REVIEW, format!("1, 'acme', '{id}'")),
+        ("lock", "acme", LOCK_FOR_DECISION, format!("'acme', '{id}'")),
         (
             "decided",
             "acme",

@@ -99,6 +99,12 @@ impl Fanout {
         }
     }
 
+    /// Whether any stream watches any tenant now.
+    pub fn has_watchers(&self) -> bool {
+        let tenants = self.inner.tenants.lock().expect("fanout lock");
+        tenants.values().any(|sender| sender.receiver_count() > 0)
+    }
+
     /// Resolves with the event that ends proposal `id` of `tenant`, if it is
     /// published while the waiter lives.
     pub fn await_end(&self, tenant: &str, id: &str) -> Waiter {

@@ -2,10 +2,14 @@
 
 use std::{sync::Arc, time::Duration};
 
+use countersign_domain::EventKind;
 use countersign_queue::{PeerMessage, PeerSignal, Peers};
-use countersign_store::DynStore;
+use countersign_store::{DynStore, StoreEvent};
 use tokio::{
-    sync::broadcast::{self, error::RecvError},
+    sync::broadcast::{
+        self,
+        error::{RecvError, TryRecvError},
+    },
     task::JoinHandle,
 };
 
@@ -51,12 +55,15 @@ async fn run(fanout: Fanout, store: DynStore, config: WatchConfig, peers: Option
     loop {
         tokio::select! {
             _ = closing.closed() => return,
-            signal = next_signal(&mut signals) => {
-                if signal.is_err() {
-                    // The store's signal is gone: the tick carries on alone.
-                    signals = None;
-                }
-            }
+            signal = next_signal(&mut signals) => match signal {
+                // The store's signal is gone: the tick carries on alone.
+                Err(_) => signals = None,
+                // Only watchers want a proposal's progress: with none, its
+                // events wait in the log for the next read (the tick's, or a
+                // decision's) and reach the watchers of later in order.
+                Ok(Wanted::ByWatchers) if !fanout.has_watchers() => continue,
+                Ok(_) => {}
+            },
             wake = next_remote(&mut remote) => {
                 if !wake {
                     continue;
@@ -72,20 +79,46 @@ async fn run(fanout: Fanout, store: DynStore, config: WatchConfig, peers: Option
     }
 }
 
+/// Who wants the events a signal announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    /// Watchers only: a proposal's progress (submitted, review started).
+    ByWatchers,
+    /// Also the calls awaiting a decision and the suppression cache (or
+    /// unknown: signals were lost).
+    ByAll,
+}
+
+fn wanted(event: &StoreEvent) -> Wanted {
+    match event.kind {
+        EventKind::Submitted | EventKind::ReviewStarted => Wanted::ByWatchers,
+        _ => Wanted::ByAll,
+    }
+}
+
 /// Waits for a signal and swallows the ones queued behind it: one read
 /// answers them all.
 async fn next_signal(
-    signals: &mut Option<tokio::sync::broadcast::Receiver<countersign_store::StoreEvent>>,
-) -> Result<(), RecvError> {
+    signals: &mut Option<tokio::sync::broadcast::Receiver<StoreEvent>>,
+) -> Result<Wanted, RecvError> {
     let Some(rx) = signals else {
         return std::future::pending().await;
     };
-    match rx.recv().await {
-        Ok(_) | Err(RecvError::Lagged(_)) => {}
+    let mut want = match rx.recv().await {
+        Ok(event) => wanted(&event),
+        Err(RecvError::Lagged(_)) => Wanted::ByAll,
         Err(RecvError::Closed) => return Err(RecvError::Closed),
+    };
+    loop {
+        let next = match rx.try_recv() {
+            Ok(event) => wanted(&event),
+            Err(TryRecvError::Lagged(_)) => Wanted::ByAll,
+            Err(_) => return Ok(want),
+        };
+        if next == Wanted::ByAll {
+            want = Wanted::ByAll;
+        }
     }
-    while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
-    Ok(())
 }
 
 /// Waits for the next word from another process; true when it says events

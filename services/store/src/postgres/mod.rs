@@ -21,7 +21,7 @@ pub use proposals::BY_KEY as PROPOSAL_BY_KEY;
 mod reference;
 mod review;
 #[doc(hidden)]
-pub use review::{DECIDED_STATE, candidates_query};
+pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, candidates_query};
 mod roles;
 mod scope;
 mod statistics;
