@@ -178,8 +178,8 @@ pub async fn concurrent_submissions_are_each_answered_as_if_alone(store: DynStor
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
     // Arriving together, they share transactions where the backend groups
-    // commits: a taken key, a conflicting spec or another tenant must still
-    // get the answer a lone submission gets.
+    // commits: a taken key, a conflicting spec, another tenant or one that
+    // does not exist must still get the answer a lone submission gets.
     let mut submissions = Vec::new();
     for i in 0..24 {
         let tenant = if i % 3 == 0 { "b" } else { "a" };
@@ -187,6 +187,10 @@ pub async fn concurrent_submissions_are_each_answered_as_if_alone(store: DynStor
         submissions.push((tenant, format!("k{i}"), "nginx OOM".to_owned()));
         submissions.push((tenant, format!("k{i}"), "nginx OOM".to_owned()));
         submissions.push((tenant, format!("k{i}"), format!("other {i}")));
+        if i % 6 == 0 {
+            // A tenant that does not exist: fails itself, and only itself.
+            submissions.push(("ghost", String::new(), "nginx OOM".to_owned()));
+        }
     }
     let answers = futures::future::join_all(submissions.iter().map(|(tenant, key, reason)| {
         let store = store.clone();
@@ -198,6 +202,10 @@ pub async fn concurrent_submissions_are_each_answered_as_if_alone(store: DynStor
 
     let mut created = std::collections::HashMap::new();
     for ((tenant, key, reason), answer) in submissions.iter().zip(&answers) {
+        if *tenant == "ghost" {
+            assert!(answer.is_err(), "{answer:?}");
+            continue;
+        }
         match answer {
             Ok(SubmitOutcome::Created(p)) => {
                 assert_eq!((&p.tenant, &p.spec.reason), (&tenant.to_string(), reason));

@@ -29,13 +29,9 @@ async fn commit(writer: &SqlitePool, group: Group) {
             return;
         }
     };
-    // A failed statement fails only its own submission; the others go on.
-    let mut results = Vec::with_capacity(group.len());
-    let mut replies = Vec::with_capacity(group.len());
-    for (new, reply) in group {
-        results.push(proposals::insert(&mut tx, new).await);
-        replies.push(reply);
-    }
+    // A failed submission fails only itself; the others go on.
+    let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    let results = proposals::insert_group(&mut tx, news).await;
     match tx.commit().await {
         Ok(()) => {
             for (result, reply) in results.into_iter().zip(replies) {

@@ -47,6 +47,82 @@ pub async fn fetch(
     Ok(Some(proposal))
 }
 
+/// What one submission's insert answers.
+pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
+
+/// A group of submissions in one statement in the common case: every row
+/// whose idempotency key is free, each with its queue entry and SUBMITTED
+/// event by trigger, in order. A proposal whose key was taken (by an earlier
+/// proposal or one earlier in the group) is answered as [`insert`] answers
+/// it. Should the statement fail, it changed nothing (SQLite backs out a
+/// failed statement, not its transaction) and each submission is inserted on
+/// its own, so a bad one fails only itself. One statement instead of one per
+/// submission: each is a hand-off to the connection's thread and back while
+/// the group holds the only writer.
+pub async fn insert_group(conn: &mut SqliteConnection, group: Vec<NewProposal>) -> Vec<Inserted> {
+    let now = now_ms();
+    let ids: Vec<String> = group
+        .iter()
+        .map(|_| ulid::Ulid::new().to_string())
+        .collect();
+    let rows: Vec<serde_json::Value> = group
+        .iter()
+        .zip(&ids)
+        .map(|(new, id)| {
+            let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
+            serde_json::json!([
+                id,
+                new.tenant,
+                new.spec.action,
+                new.spec.class.as_str(),
+                new.spec.target,
+                new.spec.blast_radius.as_str(),
+                new.spec.operator,
+                new.spec.canonical_json(),
+                new.spec.digest(),
+                key,
+                new.submitted_by,
+                now,
+                new.trace_parent,
+            ])
+        })
+        .collect();
+    let inserted: std::result::Result<Vec<String>, sqlx::Error> = sqlx::query_scalar(
+        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
+             trace_parent)
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
+                value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
+                value ->> 11, value ->> 11, value ->> 12
+         FROM json_each(?1) WHERE true
+         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+         RETURNING id",
+    )
+    .bind(serde_json::Value::Array(rows).to_string())
+    .fetch_all(&mut *conn)
+    .await;
+    let mut out = Vec::with_capacity(group.len());
+    let Ok(inserted) = inserted else {
+        for new in group {
+            out.push(insert(conn, new).await);
+        }
+        return out;
+    };
+    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    for (new, id) in group.into_iter().zip(ids) {
+        out.push(if inserted.contains(&id) {
+            let event = events::signal(&new.tenant, &id, ProposalState::Pending);
+            Ok((
+                SubmitOutcome::Created(new.into_pending(id, now)),
+                Some(event),
+            ))
+        } else {
+            insert(conn, new).await
+        });
+    }
+    out
+}
+
 /// One statement in the common case: the row, and by trigger its queue entry
 /// and SUBMITTED event, all in the statement's own transaction.
 pub async fn insert(
