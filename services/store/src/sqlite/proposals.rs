@@ -1,4 +1,6 @@
-use countersign_domain::{Proposal, ProposalState};
+use std::collections::HashSet;
+
+use countersign_domain::{Millis, Proposal, ProposalState};
 use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
 
 use super::{events, review};
@@ -50,113 +52,68 @@ pub async fn fetch(
 /// What one submission's insert answers.
 pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 
-/// A group of submissions in one statement in the common case: every row
-/// whose idempotency key is free, each with its queue entry and SUBMITTED
-/// event by trigger, in order. A proposal whose key was taken (by an earlier
-/// proposal or one earlier in the group) is answered as [`insert`] answers
-/// it. Should the statement fail, it changed nothing (SQLite backs out a
-/// failed statement, not its transaction) and each submission is inserted on
-/// its own, so a bad one fails only itself. One statement instead of one per
-/// submission: each is a hand-off to the connection's thread and back while
-/// the group holds the only writer.
-pub async fn insert_group(conn: &mut SqliteConnection, group: Vec<NewProposal>) -> Vec<Inserted> {
-    let now = now_ms();
-    let ids: Vec<String> = group
-        .iter()
-        .map(|_| ulid::Ulid::new().to_string())
-        .collect();
-    let rows: Vec<serde_json::Value> = group
-        .iter()
-        .zip(&ids)
-        .map(|(new, id)| {
-            let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
-            serde_json::json!([
-                id,
-                new.tenant,
-                new.spec.action,
-                new.spec.class.as_str(),
-                new.spec.target,
-                new.spec.blast_radius.as_str(),
-                new.spec.operator,
-                new.spec.canonical_json(),
-                new.spec.digest(),
-                key,
-                new.submitted_by,
-                now,
-                new.trace_parent,
-            ])
-        })
-        .collect();
-    let inserted: std::result::Result<Vec<String>, sqlx::Error> = sqlx::query_scalar(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent)
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-                value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
-                value ->> 11, value ->> 11, value ->> 12
-         FROM json_each(?1) WHERE true
-         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-         RETURNING id",
-    )
-    .bind(serde_json::Value::Array(rows).to_string())
-    .fetch_all(&mut *conn)
-    .await;
-    let mut out = Vec::with_capacity(group.len());
-    let Ok(inserted) = inserted else {
-        for new in group {
-            out.push(insert(conn, new).await);
-        }
-        return out;
-    };
-    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-    for (new, id) in group.into_iter().zip(ids) {
-        out.push(if inserted.contains(&id) {
-            let event = events::signal(&new.tenant, &id, ProposalState::Pending);
-            Ok((
-                SubmitOutcome::Created(new.into_pending(id, now)),
-                Some(event),
-            ))
-        } else {
-            insert(conn, new).await
-        });
-    }
-    out
+/// Inserts the rows of a JSON array (see [`row_of`]) whose idempotency keys
+/// are free, each with its queue entry and SUBMITTED event by trigger, in
+/// order; answers the ids inserted. A key taken by an earlier proposal, or by
+/// one earlier in the array, leaves its row out.
+const INSERT_ROWS: &str = "
+INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
+    spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent)
+SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
+       value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
+       value ->> 11, value ->> 11, value ->> 12
+FROM json_each(?1) WHERE true
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id";
+
+/// A submission as one element of [`INSERT_ROWS`]'s array.
+fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
+    let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
+    serde_json::json!([
+        id,
+        new.tenant,
+        new.spec.action,
+        new.spec.class.as_str(),
+        new.spec.target,
+        new.spec.blast_radius.as_str(),
+        new.spec.operator,
+        new.spec.canonical_json(),
+        new.spec.digest(),
+        key,
+        new.submitted_by,
+        now,
+        new.trace_parent,
+    ])
 }
 
-/// One statement in the common case: the row, and by trigger its queue entry
-/// and SUBMITTED event, all in the statement's own transaction.
-pub async fn insert(
+/// Inserts `group` (each with its id); the ids inserted.
+async fn insert_rows(
+    conn: &mut SqliteConnection,
+    group: &[NewProposal],
+    ids: &[String],
+    now: Millis,
+) -> std::result::Result<HashSet<String>, sqlx::Error> {
+    let rows = group
+        .iter()
+        .zip(ids)
+        .map(|(new, id)| row_of(new, id, now))
+        .collect();
+    let inserted: Vec<String> = sqlx::query_scalar(INSERT_ROWS)
+        .bind(serde_json::Value::Array(rows).to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(inserted.into_iter().collect())
+}
+
+/// The answer to a submission `id` that [`insert_rows`] did or did not insert.
+async fn answer(
     conn: &mut SqliteConnection,
     new: NewProposal,
-) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-    let digest = new.spec.digest();
-    let key = (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone());
-    let id = ulid::Ulid::new().to_string();
-    let now = now_ms();
-    let inserted = sqlx::query(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)
-         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
-    )
-    .bind(&id)
-    .bind(&new.tenant)
-    .bind(&new.spec.action)
-    .bind(new.spec.class.as_str())
-    .bind(&new.spec.target)
-    .bind(new.spec.blast_radius.as_str())
-    .bind(&new.spec.operator)
-    .bind(new.spec.canonical_json())
-    .bind(&digest)
-    .bind(&key)
-    .bind(&new.submitted_by)
-    .bind(now)
-    .bind(now)
-    .bind(&new.trace_parent)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
+    id: String,
+    now: Millis,
+    inserted: &HashSet<String>,
+) -> Inserted {
+    if inserted.contains(&id) {
         let event = events::signal(&new.tenant, &id, ProposalState::Pending);
         return Ok((
             SubmitOutcome::Created(new.into_pending(id, now)),
@@ -164,7 +121,7 @@ pub async fn insert(
         ));
     }
     // The idempotency key was taken: the same spec is the same proposal.
-    let key = key.unwrap_or_default();
+    let key = new.spec.idempotency_key.clone();
     let (earlier_id, earlier_digest): (String, String) = sqlx::query_as(
         "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
     )
@@ -172,11 +129,55 @@ pub async fn insert(
     .bind(&key)
     .fetch_one(&mut *conn)
     .await?;
-    crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &digest)?;
+    crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &new.spec.digest())?;
     let proposal = fetch(conn, &new.tenant, &earlier_id)
         .await?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
     Ok((SubmitOutcome::Deduplicated(proposal), None))
+}
+
+/// A group of submissions, in one statement in the common case. Should the
+/// statement fail, it changed nothing (SQLite backs out a failed statement,
+/// not its transaction) and each submission is inserted on its own, so a bad
+/// one fails only itself. One statement instead of one per submission: each
+/// is a hand-off to the connection's thread and back while the group holds
+/// the only writer.
+pub async fn insert_group(conn: &mut SqliteConnection, group: Vec<NewProposal>) -> Vec<Inserted> {
+    let now = now_ms();
+    let ids: Vec<String> = group
+        .iter()
+        .map(|_| ulid::Ulid::new().to_string())
+        .collect();
+    let mut out = Vec::with_capacity(group.len());
+    match insert_rows(conn, &group, &ids, now).await {
+        Ok(inserted) => {
+            for (new, id) in group.into_iter().zip(ids) {
+                out.push(answer(conn, new, id, now, &inserted).await);
+            }
+        }
+        Err(_) => {
+            for (new, id) in group.into_iter().zip(ids) {
+                out.push(insert_one(conn, new, id, now).await);
+            }
+        }
+    }
+    out
+}
+
+async fn insert_one(
+    conn: &mut SqliteConnection,
+    new: NewProposal,
+    id: String,
+    now: Millis,
+) -> Inserted {
+    let inserted = insert_rows(
+        conn,
+        std::slice::from_ref(&new),
+        std::slice::from_ref(&id),
+        now,
+    )
+    .await?;
+    answer(conn, new, id, now, &inserted).await
 }
 
 #[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]
