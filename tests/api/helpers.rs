@@ -99,7 +99,7 @@ impl TestApp {
         let url = format!("sqlite://{}", db_path.display());
         let store = SqliteStore::connect(&url).await.expect("open store");
         store.migrate().await.expect("migrate");
-        let queue: DynQueue = Arc::new(EmbeddedQueue::new(store.writer_pool()));
+        let queue: DynQueue = Arc::new(EmbeddedQueue::new(store.writer()));
         let store: DynStore = Arc::new(store);
         let reviewers = options
             .reviewers

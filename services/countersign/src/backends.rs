@@ -107,7 +107,7 @@ impl Backends {
             .await
             .context("opening the database")?;
         sqlite.migrate().await.context("running migrations")?;
-        let queue = EmbeddedQueue::new(sqlite.writer_pool());
+        let queue = EmbeddedQueue::new(sqlite.writer());
         Ok(Backends::Embedded {
             store: Arc::new(sqlite),
             queue: Arc::new(queue),

@@ -70,7 +70,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("c.db").display());
         let sqlite = SqliteStore::connect(&url).await.unwrap();
         sqlite.migrate().await.unwrap();
-        let queue: DynQueue = Arc::new(EmbeddedQueue::new(sqlite.writer_pool()));
+        let queue: DynQueue = Arc::new(EmbeddedQueue::new(sqlite.writer()));
         let (stop, stopped) = watch::channel(false);
         let sampler = spawn(Arc::new(sqlite), queue, stopped);
         drop(stop);

@@ -1,23 +1,27 @@
 //! The embedded queue: the `queue_entries` table of the SQLite database, which
-//! the store writes in the same transaction as the proposal.
+//! the store writes in the same transaction as the proposal. Its statements go
+//! through the store's single writer, on the writer's own thread.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use countersign_store::SqliteWriter;
 use rand::RngCore;
 use sqlx::SqlitePool;
 
-use crate::{Lease, Queue, Result, TenantDepth, now_ms};
+use crate::{Lease, Queue, QueueError, Result, TenantDepth, now_ms};
 
 #[derive(Debug, Clone)]
 pub struct EmbeddedQueue {
+    writer: SqliteWriter,
     pool: SqlitePool,
 }
 
 impl EmbeddedQueue {
-    /// Uses the store's writer pool (see `SqliteStore::writer_pool`).
-    pub fn new(pool: SqlitePool) -> Self {
-        EmbeddedQueue { pool }
+    /// Uses the store's writer (see `SqliteStore::writer`).
+    pub fn new(writer: SqliteWriter) -> Self {
+        let pool = writer.pool().clone();
+        EmbeddedQueue { writer, pool }
     }
 }
 
@@ -30,6 +34,10 @@ fn token() -> String {
 /// The row id of a lease (a lease of another backend matches no row).
 fn row_id(lease: &Lease) -> i64 {
     lease.entry_id.parse().unwrap_or(-1)
+}
+
+fn stopped(error: countersign_store::sqlite::WriteThreadStopped) -> QueueError {
+    QueueError::Unavailable(error.to_string())
 }
 
 fn ms(d: Duration) -> i64 {
@@ -85,14 +93,23 @@ impl Queue for EmbeddedQueue {
         let now = now_ms();
         let expires_at = now + ms(lease);
         let token = token();
-        let mut rows: Vec<(i64, String, String, i64)> = sqlx::query_as(FETCH)
-            .bind(worker)
-            .bind(&token)
-            .bind(expires_at)
-            .bind(now)
-            .bind(i64::try_from(max).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
+        let pool = self.pool.clone();
+        let (worker, lease_token) = (worker.to_owned(), token.clone());
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let mut rows: Vec<(i64, String, String, i64)> = self
+            .writer
+            .run(async move {
+                sqlx::query_as(FETCH)
+                    .bind(worker)
+                    .bind(lease_token)
+                    .bind(expires_at)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&pool)
+                    .await
+            })
+            .await
+            .map_err(stopped)??;
         rows.sort_by_key(|row| row.0);
         let leases = rows
             .into_iter()
@@ -138,20 +155,30 @@ impl Queue for EmbeddedQueue {
                 .or_default()
                 .push(row_id(lease));
         }
-        for (token, ids) in by_token {
-            let ids = format!(
-                "[{}]",
-                ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-            );
-            sqlx::query(
-                "DELETE FROM queue_entries
-                 WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(token)
-            .bind(ids)
-            .execute(&self.pool)
-            .await?;
-        }
+        let batches: Vec<(String, String)> = by_token
+            .into_iter()
+            .map(|(token, ids)| {
+                let ids = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                (token.to_owned(), format!("[{ids}]"))
+            })
+            .collect();
+        let pool = self.pool.clone();
+        self.writer
+            .run(async move {
+                for (token, ids) in batches {
+                    sqlx::query(
+                        "DELETE FROM queue_entries
+                         WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
+                    )
+                    .bind(token)
+                    .bind(ids)
+                    .execute(&pool)
+                    .await?;
+                }
+                Ok::<_, sqlx::Error>(())
+            })
+            .await
+            .map_err(stopped)??;
         Ok(())
     }
 

@@ -308,7 +308,7 @@ async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
     use countersign_store::{NewProposal, Store};
 
     let (store, _dir) = support::sqlite_store().await;
-    let queue = EmbeddedQueue::new(store.writer_pool());
+    let queue = EmbeddedQueue::new(store.writer());
     store.create_tenant("a").await.unwrap();
     let spec = ProposalSpec {
         action: "restart".into(),

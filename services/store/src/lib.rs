@@ -3,6 +3,7 @@
 //! here, in the repository layer.
 
 mod error;
+mod facts;
 mod group_commit;
 mod outbox;
 pub mod postgres;
@@ -23,7 +24,7 @@ pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, refer
 pub use error::StoreError;
 pub use outbox::Outbox;
 pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, SqliteWriter};
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
     RecentRejection, RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant,

@@ -1,8 +1,8 @@
-//! Row → domain mappings both backends share: their decision and audit-log
-//! columns have the same names and types, so one mapping serves both.
+//! Row → domain mappings both backends share: their SOP, target, decision and
+//! audit-log columns have the same names and types, so one mapping serves both.
 
 use countersign_domain::{
-    Decision, GateResult,
+    Decision, GateResult, Sop, Target,
     audit::{
         AuditEntry, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, parse_hash,
         time_index::Tide,
@@ -22,6 +22,7 @@ pub(crate) trait Columns {
     fn opt_text(&self, column: &str) -> Result<Option<String>>;
     fn int(&self, column: &str) -> Result<i64>;
     fn opt_int(&self, column: &str) -> Result<Option<i64>>;
+    fn flag(&self, column: &str) -> Result<bool>;
 }
 
 macro_rules! columns {
@@ -37,6 +38,9 @@ macro_rules! columns {
                 Ok(self.try_get(column)?)
             }
             fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+                Ok(self.try_get(column)?)
+            }
+            fn flag(&self, column: &str) -> Result<bool> {
                 Ok(self.try_get(column)?)
             }
         }
@@ -68,6 +72,52 @@ impl<R: Columns> Columns for Prefixed<'_, R> {
     fn opt_int(&self, column: &str) -> Result<Option<i64>> {
         self.0.opt_int(&self.name(column))
     }
+    fn flag(&self, column: &str) -> Result<bool> {
+        self.0.flag(&self.name(column))
+    }
+}
+
+fn malformed(what: &str, e: impl std::fmt::Display) -> StoreError {
+    corrupt(format!("{what}: {e}"))
+}
+
+/// A `sops` row.
+pub(crate) fn sop_from_row(row: &impl Columns) -> Result<Sop> {
+    let id = row.text("id")?;
+    let radius = row.text("max_blast_radius")?;
+    let selector = row.text("selector_json")?;
+    let version = row.int("version")?;
+    Ok(Sop {
+        action: row.text("action")?,
+        title: row.text("title")?,
+        covers: row.text("covers")?,
+        rollback_path: row.text("rollback_path")?,
+        max_blast_radius: radius
+            .parse()
+            .map_err(|e| malformed(&format!("sop {id}"), e))?,
+        selector: serde_json::from_str(&selector)
+            .map_err(|e| malformed(&format!("sop {id} selector"), e))?,
+        version: u32::try_from(version).map_err(|e| malformed(&format!("sop {id} version"), e))?,
+        retired: row.flag("retired")?,
+        updated_at: row.int("updated_at")?,
+        id,
+    })
+}
+
+/// A `targets` row.
+pub(crate) fn target_from_row(row: &impl Columns) -> Result<Target> {
+    let id = row.text("id")?;
+    let status = row.text("status")?;
+    let labels = row.text("labels_json")?;
+    Ok(Target {
+        status: status
+            .parse()
+            .map_err(|e| malformed(&format!("target {id}"), e))?,
+        labels: serde_json::from_str(&labels)
+            .map_err(|e| malformed(&format!("target {id} labels"), e))?,
+        updated_at: row.int("updated_at")?,
+        id,
+    })
 }
 
 /// A `decisions` row (its `sequence` and `digest` come from the audit log).

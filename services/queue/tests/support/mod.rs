@@ -69,7 +69,7 @@ pub async fn redis() -> (DynQueue, Guard) {
 pub async fn embedded() -> (DynQueue, Guard) {
     let (store, dir) = sqlite_store().await;
     (
-        Arc::new(EmbeddedQueue::new(store.writer_pool())),
+        Arc::new(EmbeddedQueue::new(store.writer())),
         Guard::Dir(dir),
     )
 }

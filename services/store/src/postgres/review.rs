@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 
 use countersign_domain::{
-    BlastRadius, Decision, DecisionOutcome, Millis, Proposal, ProposalState,
-    gates::{self, OtherOperation, ReviewFacts},
+    Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
 };
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::{proposals, reference, scope, suppression, tenants};
+use super::{proposals, scope, suppression, tenants};
 use crate::{
-    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, now_ms,
+    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, facts,
+    now_ms,
 };
 
 fn corrupt(what: String) -> StoreError {
@@ -192,9 +192,6 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     )
 }
 
-/// The most other operations a review's facts carry (the oldest first).
-const MAX_OTHERS: usize = 16;
-
 /// The facts of a batch of reviews, in one read-only snapshot: per tenant,
 /// its policy, the SOPs of the batch's actions and its targets in one query
 /// each, and the operations that may run in parallel with any of them in one
@@ -211,7 +208,7 @@ pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Res
     sqlx::query(&format!("SELECT {}", scope::CUSTOM_PLANS))
         .execute(&mut *tx)
         .await?;
-    let mut out: Vec<Option<Result<ReviewFacts>>> = (0..proposals.len()).map(|_| None).collect();
+    let mut out = facts::slots(proposals.len());
     for (tenant, indices) in scope::by_tenant(proposals, |p| p.tenant.as_str()) {
         scope::enter_tenant(&mut tx, &tenant).await?;
         let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
@@ -242,51 +239,19 @@ pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Res
             .await?;
         let now = now_ms();
         let window_start = now - policy.parallel_window_ms;
-        let mut gathered: Vec<(usize, ReviewFacts)> = Vec::new();
-        for i in indices {
-            let proposal = &proposals[i];
-            let column = |row: &sqlx::postgres::PgRow, name: &str| {
-                row.try_get::<String, _>(name).unwrap_or_default()
-            };
-            let sops = sop_rows
-                .iter()
-                .filter(|row| column(row, "action") == proposal.spec.action)
-                .map(reference::sop_from_row)
-                .collect::<Result<Vec<_>>>();
-            let target = target_rows
-                .iter()
-                .find(|row| column(row, "id") == proposal.spec.target)
-                .map(reference::target_from_row)
-                .transpose();
-            match (sops, target) {
-                (Ok(sops), Ok(target)) => gathered.push((
-                    i,
-                    ReviewFacts {
-                        proposal_id: proposal.id.clone(),
-                        spec: proposal.spec.clone(),
-                        created_at: proposal.created_at,
-                        policy,
-                        sops,
-                        target,
-                        others: Vec::new(),
-                        now,
-                    },
-                )),
-                (Err(error), _) | (_, Err(error)) => out[i] = Some(Err(error)),
-            }
-        }
+        let gathered = facts::gather(
+            proposals,
+            &indices,
+            policy,
+            now,
+            &sop_rows,
+            &target_rows,
+            &mut out,
+        );
         if gathered.is_empty() {
             continue;
         }
-        let tenant_wide = gathered
-            .iter()
-            .any(|(_, f)| f.spec.blast_radius == BlastRadius::TenantWide);
-        let clusters: Vec<String> = gathered
-            .iter()
-            .filter(|(_, f)| f.spec.blast_radius == BlastRadius::Cluster)
-            .filter_map(|(_, f)| f.target.as_ref().and_then(|t| t.cluster()))
-            .map(str::to_owned)
-            .collect();
+        let (tenant_wide, clusters) = facts::reach(&gathered);
         let query = candidates_query(tenant_wide, !clusters.is_empty());
         let mut candidates = sqlx::query(&query)
             .bind(&tenant)
@@ -296,63 +261,10 @@ pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Res
             candidates = candidates.bind(&clusters);
         }
         let rows = candidates.fetch_all(&mut *tx).await?;
-        // A malformed row fails the reviews of this batch that could read it:
-        // all of the tenant's, since which it concerns is unknown.
-        let others = match others_from(&rows) {
-            Ok(others) => others,
-            Err(error) => {
-                let what = match error {
-                    StoreError::Corrupt(what) => what,
-                    other => other.to_string(),
-                };
-                for (i, _) in gathered {
-                    out[i] = Some(Err(corrupt(what.clone())));
-                }
-                continue;
-            }
-        };
-        for (i, mut facts) in gathered {
-            let mut mine: Vec<OtherOperation> = others
-                .iter()
-                .filter(|other| gates::blocks(&facts, other))
-                .cloned()
-                .collect();
-            mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-            mine.dedup_by(|a, b| a.id == b.id);
-            mine.truncate(MAX_OTHERS);
-            facts.others = mine;
-            out[i] = Some(Ok(facts));
-        }
+        facts::attach_others(gathered, &rows, &mut out);
     }
     tx.commit().await?;
-    Ok(out
-        .into_iter()
-        .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
-        .collect())
-}
-
-fn others_from(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<OtherOperation>> {
-    rows.iter()
-        .map(|row| {
-            let id: String = row.try_get("id")?;
-            let radius: String = row.try_get("blast_radius")?;
-            let state: String = row.try_get("state")?;
-            Ok(OtherOperation {
-                action: row.try_get("action")?,
-                target: row.try_get("target")?,
-                target_cluster: row.try_get("cluster")?,
-                blast_radius: radius
-                    .parse()
-                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
-                state: state
-                    .parse()
-                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
-                created_at: row.try_get("created_at")?,
-                decided_at: row.try_get("decided_at")?,
-                id,
-            })
-        })
-        .collect()
+    Ok(facts::finish(out))
 }
 
 /// Whether an approval's facts still hold at commit: the cited SOP at the same

@@ -107,20 +107,4 @@ pub async fn write_pending_events(conn: &mut PgConnection) -> Result<()> {
     Ok(())
 }
 
-/// Items grouped by tenant, each with its index in `items` (batches may span
-/// tenants; a transaction switches scope per group). Groups come in tenant
-/// order, and within a group every writer locks its rows in id order: all
-/// writers take row locks in one order, so none waits for another that waits
-/// for it (the event log's lock, taken at commit, no longer orders them).
-pub fn by_tenant<T>(items: &[T], tenant_of: impl Fn(&T) -> &str) -> Vec<(String, Vec<usize>)> {
-    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let tenant = tenant_of(item);
-        match groups.iter_mut().find(|(t, _)| t == tenant) {
-            Some((_, indices)) => indices.push(i),
-            None => groups.push((tenant.to_owned(), vec![i])),
-        }
-    }
-    groups.sort_by(|a, b| a.0.cmp(&b.0));
-    groups
-}
+pub use crate::facts::by_tenant;

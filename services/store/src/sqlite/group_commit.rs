@@ -6,22 +6,28 @@
 
 use sqlx::SqlitePool;
 
-use super::proposals;
+use super::{SqliteWriter, proposals};
 use crate::StoreError;
 use crate::group_commit::{Group, Submitter};
 
-/// Starts the committer on the writer pool.
-pub fn start(writer: SqlitePool) -> Submitter {
+/// Starts the committer on the writer pool; each group commits on the write
+/// thread.
+pub fn start(writer: SqliteWriter) -> Submitter {
     Submitter::start(move |group| {
         let writer = writer.clone();
-        async move { commit(&writer, group).await }
+        async move {
+            // A group lost with the thread has no one to answer: its callers
+            // hear that their submission was dropped, and nothing was written.
+            let pool = writer.pool().clone();
+            let _ = writer.run(async move { commit(&pool, group).await }).await;
+        }
     })
 }
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
 async fn commit(writer: &SqlitePool, group: Group) {
-    let mut tx = match writer.begin().await {
-        Ok(tx) => tx,
+    let mut conn = match writer.acquire().await {
+        Ok(conn) => conn,
         Err(error) => {
             for (_, reply) in group {
                 let _ = reply.send(Err(StoreError::Unavailable(error.to_string())));
@@ -29,21 +35,13 @@ async fn commit(writer: &SqlitePool, group: Group) {
             return;
         }
     };
-    // A failed submission fails only itself; the others go on.
+    // The group is one INSERT statement, which commits as a whole on its own
+    // (no BEGIN and COMMIT: two more hand-offs while the group holds the only
+    // writer); if it fails, each submission is inserted by a statement of its
+    // own, and fails only itself.
     let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
-    let results = proposals::insert_group(&mut tx, news).await;
-    match tx.commit().await {
-        Ok(()) => {
-            for (result, reply) in results.into_iter().zip(replies) {
-                let _ = reply.send(result);
-            }
-        }
-        Err(error) => {
-            for reply in replies {
-                let _ = reply.send(Err(StoreError::Unavailable(format!(
-                    "commit failed: {error}"
-                ))));
-            }
-        }
+    let results = proposals::insert_group(&mut conn, news).await;
+    for (result, reply) in results.into_iter().zip(replies) {
+        let _ = reply.send(result);
     }
 }

@@ -11,6 +11,9 @@ mod reference;
 mod review;
 mod suppression;
 mod tenants;
+mod writes;
+
+pub use writes::{SqliteWriter, WriteThreadStopped};
 
 use std::{str::FromStr, time::Duration};
 
@@ -28,8 +31,8 @@ use tokio::sync::broadcast;
 
 use crate::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
-    RecentRejection, RecordOutcome, Result, ReviewKey, SopInput, Store, StoreEvent, SubmitOutcome,
-    Tenant, TenantPolicy,
+    RecentRejection, RecordOutcome, Result, ReviewKey, SopInput, Store, StoreError, StoreEvent,
+    SubmitOutcome, Tenant, TenantPolicy,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
@@ -40,6 +43,7 @@ pub struct SqliteStore {
     reader: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
     submitter: crate::group_commit::Submitter,
+    writes: SqliteWriter,
 }
 
 impl SqliteStore {
@@ -48,6 +52,11 @@ impl SqliteStore {
     /// table the proposal insert writes in the same transaction).
     pub fn writer_pool(&self) -> SqlitePool {
         self.writer.clone()
+    }
+
+    /// The writer pool with the thread its hot paths run on (see `writes`).
+    pub fn writer(&self) -> SqliteWriter {
+        self.writes.clone()
     }
 
     fn publish(&self, event: Option<StoreEvent>) {
@@ -68,23 +77,30 @@ impl SqliteStore {
             .foreign_keys(true)
             // A statement this slow is a finding: it goes to the log.
             .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250));
+        // No liveness check on acquire: a file needs none, and for SQLite it is
+        // one more hand-off to the connection's thread per acquisition.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.clone())
             .await?;
         let reader = SqlitePoolOptions::new()
             .max_connections(8)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.read_only(true))
             .await?;
         let (events, _) = broadcast::channel(4096);
-        let submitter = group_commit::start(writer.clone());
+        let writes = SqliteWriter::start(writer.clone())
+            .map_err(|e| StoreError::Unavailable(format!("starting the write thread: {e}")))?;
+        let submitter = group_commit::start(writes.clone());
         Ok(SqliteStore {
             writer,
             reader,
             events,
             submitter,
+            writes,
         })
     }
 }
@@ -199,7 +215,11 @@ impl Store for SqliteStore {
         items: &[ReviewKey],
         _reviewer: &str,
     ) -> Result<Vec<BeginReview>> {
-        let (begun, events) = review::begin_many(&self.writer, items).await?;
+        let (writer, items) = (self.writer.clone(), items.to_vec());
+        let (begun, events) = self
+            .writes
+            .run(async move { review::begin_many(&writer, &items).await })
+            .await??;
         for event in events {
             self.publish(Some(event));
         }
@@ -207,14 +227,21 @@ impl Store for SqliteStore {
     }
 
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        review::facts_many(&self.reader, proposals).await
+        let (reader, proposals) = (self.reader.clone(), proposals.to_vec());
+        self.writes
+            .run(async move { review::facts_many(&reader, &proposals).await })
+            .await?
     }
 
     async fn record_decisions(
         &self,
         items: Vec<(ReviewKey, Decision)>,
     ) -> Result<Vec<RecordOutcome>> {
-        let (recorded, events) = review::record_many(&self.writer, items).await?;
+        let writer = self.writer.clone();
+        let (recorded, events) = self
+            .writes
+            .run(async move { review::record_many(&writer, items).await })
+            .await??;
         for event in events {
             self.publish(Some(event));
         }

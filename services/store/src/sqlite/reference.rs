@@ -3,50 +3,11 @@
 use std::collections::BTreeMap;
 
 use countersign_domain::{Sop, Target, TargetStatus};
-use sqlx::{Row, SqlitePool, sqlite::SqliteRow};
+use sqlx::SqlitePool;
 
 use crate::{Result, SopInput, StoreError, now_ms};
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-pub fn sop_from_row(row: &SqliteRow) -> Result<Sop> {
-    let id: String = row.try_get("id")?;
-    let radius: String = row.try_get("max_blast_radius")?;
-    let selector: String = row.try_get("selector_json")?;
-    let version: i64 = row.try_get("version")?;
-    Ok(Sop {
-        action: row.try_get("action")?,
-        title: row.try_get("title")?,
-        covers: row.try_get("covers")?,
-        rollback_path: row.try_get("rollback_path")?,
-        max_blast_radius: radius
-            .parse()
-            .map_err(|e| corrupt(&format!("sop {id}"), e))?,
-        selector: serde_json::from_str(&selector)
-            .map_err(|e| corrupt(&format!("sop {id} selector"), e))?,
-        version: u32::try_from(version).map_err(|e| corrupt(&format!("sop {id} version"), e))?,
-        retired: row.try_get("retired")?,
-        updated_at: row.try_get("updated_at")?,
-        id,
-    })
-}
-
-pub fn target_from_row(row: &SqliteRow) -> Result<Target> {
-    let id: String = row.try_get("id")?;
-    let status: String = row.try_get("status")?;
-    let labels: String = row.try_get("labels_json")?;
-    Ok(Target {
-        status: status
-            .parse()
-            .map_err(|e| corrupt(&format!("target {id}"), e))?,
-        labels: serde_json::from_str(&labels)
-            .map_err(|e| corrupt(&format!("target {id} labels"), e))?,
-        updated_at: row.try_get("updated_at")?,
-        id,
-    })
-}
+pub(crate) use crate::rows::{sop_from_row, target_from_row};
 
 async fn write_sop(pool: &SqlitePool, tenant: &str, sop: &Sop) -> Result<()> {
     let mut tx = pool.begin().await?;

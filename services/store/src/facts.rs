@@ -1,0 +1,176 @@
+//! A review batch's facts from one tenant's rows. Both backends read the same
+//! rows per tenant of a batch (its policy, the SOPs of the batch's actions, its
+//! targets, and the operations that may overlap any of them, each in one
+//! statement) and assemble them here, so a batch costs a handful of
+//! statements whatever its size.
+
+use countersign_domain::{
+    BlastRadius, Millis, Proposal, TenantPolicy,
+    gates::{self, OtherOperation, ReviewFacts},
+};
+
+use crate::{
+    Result, StoreError,
+    rows::{self, Columns},
+};
+
+/// The most other operations a review's facts carry (the oldest first).
+const MAX_OTHERS: usize = 16;
+
+/// Items grouped by tenant, each with its index in `items` (batches may span
+/// tenants; a transaction switches scope per group). Groups come in tenant
+/// order, and within a group every writer locks its rows in id order: all
+/// writers take row locks in one order, so none waits for another that waits
+/// for it (the event log's lock, taken at commit, no longer orders them).
+pub fn by_tenant<T>(items: &[T], tenant_of: impl Fn(&T) -> &str) -> Vec<(String, Vec<usize>)> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let tenant = tenant_of(item);
+        match groups.iter_mut().find(|(t, _)| t == tenant) {
+            Some((_, indices)) => indices.push(i),
+            None => groups.push((tenant.to_owned(), vec![i])),
+        }
+    }
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    groups
+}
+
+fn corrupt(what: String) -> StoreError {
+    StoreError::Corrupt(what)
+}
+
+/// Each proposal's facts, in order, once every tenant group has filled its
+/// slots (a slot left empty is an error, never an approval).
+pub(crate) type Slots = Vec<Option<Result<ReviewFacts>>>;
+
+pub(crate) fn slots(n: usize) -> Slots {
+    (0..n).map(|_| None).collect()
+}
+
+pub(crate) fn finish(slots: Slots) -> Vec<Result<ReviewFacts>> {
+    slots
+        .into_iter()
+        .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
+        .collect()
+}
+
+/// The facts of the tenant's proposals (`indices` into `proposals`) but their
+/// other operations, from the tenant's SOP rows (of the batch's actions) and
+/// target rows. A row that does not map fails only the reviews that read it.
+pub(crate) fn gather<R: Columns>(
+    proposals: &[Proposal],
+    indices: &[usize],
+    policy: TenantPolicy,
+    now: Millis,
+    sop_rows: &[R],
+    target_rows: &[R],
+    out: &mut Slots,
+) -> Vec<(usize, ReviewFacts)> {
+    let column = |row: &R, name: &str| row.text(name).unwrap_or_default();
+    let mut gathered = Vec::new();
+    for &i in indices {
+        let proposal = &proposals[i];
+        let sops = sop_rows
+            .iter()
+            .filter(|row| column(row, "action") == proposal.spec.action)
+            .map(rows::sop_from_row)
+            .collect::<Result<Vec<_>>>();
+        let target = target_rows
+            .iter()
+            .find(|row| column(row, "id") == proposal.spec.target)
+            .map(rows::target_from_row)
+            .transpose();
+        match (sops, target) {
+            (Ok(sops), Ok(target)) => gathered.push((
+                i,
+                ReviewFacts {
+                    proposal_id: proposal.id.clone(),
+                    spec: proposal.spec.clone(),
+                    created_at: proposal.created_at,
+                    policy,
+                    sops,
+                    target,
+                    others: Vec::new(),
+                    now,
+                },
+            )),
+            (Err(error), _) | (_, Err(error)) => out[i] = Some(Err(error)),
+        }
+    }
+    gathered
+}
+
+/// How far a tenant group's candidates must reach: the whole tenant if any
+/// review is tenant-wide, and the clusters of its cluster-wide reviews.
+pub(crate) fn reach(gathered: &[(usize, ReviewFacts)]) -> (bool, Vec<String>) {
+    let tenant_wide = gathered
+        .iter()
+        .any(|(_, f)| f.spec.blast_radius == BlastRadius::TenantWide);
+    let clusters = gathered
+        .iter()
+        .filter(|(_, f)| f.spec.blast_radius == BlastRadius::Cluster)
+        .filter_map(|(_, f)| f.target.as_ref().and_then(|t| t.cluster()))
+        .map(str::to_owned)
+        .collect();
+    (tenant_wide, clusters)
+}
+
+/// Gives each gathered review the other operations that block it, from the
+/// candidate rows read for the whole tenant group (a proposal found by two
+/// branches comes twice; repeats are dropped). A malformed candidate fails the
+/// group's reviews: which of them it concerns is unknown.
+pub(crate) fn attach_others<R: Columns>(
+    gathered: Vec<(usize, ReviewFacts)>,
+    candidate_rows: &[R],
+    out: &mut Slots,
+) {
+    let others = match others_from(candidate_rows) {
+        Ok(others) => others,
+        Err(error) => {
+            let what = match error {
+                StoreError::Corrupt(what) => what,
+                other => other.to_string(),
+            };
+            for (i, _) in gathered {
+                out[i] = Some(Err(corrupt(what.clone())));
+            }
+            return;
+        }
+    };
+    for (i, mut facts) in gathered {
+        let mut mine: Vec<OtherOperation> = others
+            .iter()
+            .filter(|other| gates::blocks(&facts, other))
+            .cloned()
+            .collect();
+        mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        mine.dedup_by(|a, b| a.id == b.id);
+        mine.truncate(MAX_OTHERS);
+        facts.others = mine;
+        out[i] = Some(Ok(facts));
+    }
+}
+
+fn others_from<R: Columns>(rows: &[R]) -> Result<Vec<OtherOperation>> {
+    rows.iter()
+        .map(|row| {
+            let id = row.text("id")?;
+            let radius = row.text("blast_radius")?;
+            let state = row.text("state")?;
+            Ok(OtherOperation {
+                action: row.text("action")?,
+                target: row.text("target")?,
+                target_cluster: row.opt_text("cluster")?,
+                blast_radius: radius
+                    .parse()
+                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+                state: state
+                    .parse()
+                    .map_err(|e| corrupt(format!("proposal {id}: {e}")))?,
+                created_at: row.int("created_at")?,
+                decided_at: row.opt_int("decided_at")?,
+                id,
+            })
+        })
+        .collect()
+}
