@@ -219,7 +219,9 @@ async fn a_stalled_watcher_is_cut_off_while_another_watcher_and_the_reviewers_ke
             reviewers: Some(test_reviewers(2)),
             dir: None,
         },
-        |c| c.watch.buffer = 64,
+        // Room for a burst of decided batches while the test itself is
+        // descheduled; the stalled watcher still overruns it many times over.
+        |c| c.watch.buffer = 512,
     )
     .await;
     app.seed_reference("acme").await;

@@ -23,7 +23,7 @@ use tower::ServiceBuilder;
 use crate::{
     RateLimit, Timeouts,
     directory::{self, Directory},
-    fanout::{Fanout, Observer, WatchConfig, spawn_pump},
+    fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
     layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer, TraceLayer},
     probes::{probes, set_all},
     services::{
@@ -119,6 +119,13 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), tonic::transport::Error> {
+        // Where the fan-out starts, before the first call is answered (see
+        // `live_position`); a stop asked for meanwhile ends the start.
+        let mut shutdown = Box::pin(shutdown);
+        let position = tokio::select! {
+            position = live_position(&self.store) => position,
+            () = shutdown.as_mut() => return Ok(()),
+        };
         let (health, health_service, reflection) = probes(&[FILE_DESCRIPTOR_SET]);
 
         let directory = Arc::new(Directory::new(
@@ -150,6 +157,7 @@ impl Application {
             self.store.clone(),
             self.config.watch,
             self.peers.clone(),
+            position,
         );
         let maintenance =
             spawn_maintenance(suppression.clone(), self.store.clone(), fanout.closing());

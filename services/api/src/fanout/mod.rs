@@ -18,7 +18,7 @@ use std::{
 use tokio::sync::{broadcast, watch};
 
 pub use published::Published;
-pub use pump::spawn_pump;
+pub use pump::{live_position, spawn_pump};
 pub use waiters::Waiter;
 
 /// Settings of the notification path and of `Watch` streams.

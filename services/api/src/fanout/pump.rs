@@ -20,34 +20,47 @@ const PAGE: u32 = 512;
 /// Pause after a failed read before trying again.
 const BACKOFF: Duration = Duration::from_millis(500);
 
-/// Starts the pump; it runs until [`Fanout::close`]. With `peers`, another
-/// process's "events committed" wakes it at once, not at the next tick.
+/// Where the pump starts: the newest event committed now (what is older is
+/// for replays to read). Read before the server answers its first call: an
+/// `AwaitDecision` that saw its proposal still open must hear of every event
+/// after that read, and a pump that took its start later could begin past the
+/// decision and never publish it (the call would then wait out its deadline).
+/// Retries while the log cannot be read.
+pub async fn live_position(store: &DynStore) -> u64 {
+    loop {
+        match store.event_horizon().await {
+            Ok(horizon) => return horizon.latest,
+            Err(error) => {
+                tracing::warn!(%error, "fanout: cannot read the event log yet");
+                tokio::time::sleep(BACKOFF).await;
+            }
+        }
+    }
+}
+
+/// Starts the pump at `position` (see [`live_position`]); it runs until
+/// [`Fanout::close`]. With `peers`, another process's "events committed"
+/// wakes it at once, not at the next tick.
 pub fn spawn_pump(
     fanout: Fanout,
     store: DynStore,
     config: WatchConfig,
     peers: Option<Arc<dyn Peers>>,
+    position: u64,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(fanout, store, config, peers))
+    tokio::spawn(run(fanout, store, config, peers, position))
 }
 
-async fn run(fanout: Fanout, store: DynStore, config: WatchConfig, peers: Option<Arc<dyn Peers>>) {
+async fn run(
+    fanout: Fanout,
+    store: DynStore,
+    config: WatchConfig,
+    peers: Option<Arc<dyn Peers>>,
+    mut position: u64,
+) {
     let mut closing = fanout.closing();
     let mut signals = Some(store.subscribe());
     let mut remote = peers.map(|peers| peers.subscribe());
-    // Live from now: what is already committed is for replays to read.
-    let mut position = loop {
-        match store.event_horizon().await {
-            Ok(horizon) => break horizon.latest,
-            Err(error) => {
-                tracing::warn!(%error, "fanout: cannot read the event log yet");
-                tokio::select! {
-                    _ = tokio::time::sleep(BACKOFF) => {}
-                    _ = closing.closed() => return,
-                }
-            }
-        }
-    };
     let mut tick = tokio::time::interval(config.poll_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prune = tokio::time::interval(config.prune_every);
