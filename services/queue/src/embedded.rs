@@ -93,20 +93,21 @@ impl Queue for EmbeddedQueue {
         let now = now_ms();
         let expires_at = now + ms(lease);
         let token = token();
-        let pool = self.pool.clone();
         let (worker, lease_token) = (worker.to_owned(), token.clone());
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut rows: Vec<(i64, String, String, i64)> = self
             .writer
-            .run(async move {
-                sqlx::query_as(FETCH)
-                    .bind(worker)
-                    .bind(lease_token)
-                    .bind(expires_at)
-                    .bind(now)
-                    .bind(limit)
-                    .fetch_all(&pool)
-                    .await
+            .run(move |conn| {
+                Box::pin(async move {
+                    sqlx::query_as(FETCH)
+                        .bind(worker)
+                        .bind(lease_token)
+                        .bind(expires_at)
+                        .bind(now)
+                        .bind(limit)
+                        .fetch_all(conn?)
+                        .await
+                })
             })
             .await
             .map_err(stopped)??;
@@ -162,20 +163,22 @@ impl Queue for EmbeddedQueue {
                 (token.to_owned(), format!("[{ids}]"))
             })
             .collect();
-        let pool = self.pool.clone();
         self.writer
-            .run(async move {
-                for (token, ids) in batches {
-                    sqlx::query(
-                        "DELETE FROM queue_entries
-                         WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
-                    )
-                    .bind(token)
-                    .bind(ids)
-                    .execute(&pool)
-                    .await?;
-                }
-                Ok::<_, sqlx::Error>(())
+            .run(move |conn| {
+                Box::pin(async move {
+                    let conn = conn?;
+                    for (token, ids) in batches {
+                        sqlx::query(
+                            "DELETE FROM queue_entries
+                             WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
+                        )
+                        .bind(token)
+                        .bind(ids)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Ok::<_, sqlx::Error>(())
+                })
             })
             .await
             .map_err(stopped)??;

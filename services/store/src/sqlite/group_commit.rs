@@ -4,9 +4,7 @@
 //! so the pages they share are written once. Each caller hears back only after
 //! the commit: OK still means durable.
 
-use sqlx::SqlitePool;
-
-use super::{SqliteWriter, proposals};
+use super::{SqliteWriter, proposals, writes::Connection};
 use crate::StoreError;
 use crate::group_commit::{Group, Submitter};
 
@@ -18,15 +16,16 @@ pub fn start(writer: SqliteWriter) -> Submitter {
         async move {
             // A group lost with the thread has no one to answer: its callers
             // hear that their submission was dropped, and nothing was written.
-            let pool = writer.pool().clone();
-            let _ = writer.run(async move { commit(&pool, group).await }).await;
+            let _ = writer
+                .run(move |conn| Box::pin(async move { commit(conn, group).await }))
+                .await;
         }
     })
 }
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-async fn commit(writer: &SqlitePool, group: Group) {
-    let mut conn = match writer.acquire().await {
+async fn commit(conn: Connection<'_>, group: Group) {
+    let conn = match conn {
         Ok(conn) => conn,
         Err(error) => {
             for (_, reply) in group {
@@ -40,7 +39,7 @@ async fn commit(writer: &SqlitePool, group: Group) {
     // writer); if it fails, each submission is inserted by a statement of its
     // own, and fails only itself.
     let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
-    let results = proposals::insert_group(&mut conn, news).await;
+    let results = proposals::insert_group(conn, news).await;
     for (result, reply) in results.into_iter().zip(replies) {
         let _ = reply.send(result);
     }

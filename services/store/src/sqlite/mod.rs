@@ -215,10 +215,10 @@ impl Store for SqliteStore {
         items: &[ReviewKey],
         _reviewer: &str,
     ) -> Result<Vec<BeginReview>> {
-        let (writer, items) = (self.writer.clone(), items.to_vec());
+        let items = items.to_vec();
         let (begun, events) = self
             .writes
-            .run(async move { review::begin_many(&writer, &items).await })
+            .run(move |conn| Box::pin(async move { review::begin_many(conn?, &items).await }))
             .await??;
         for event in events {
             self.publish(Some(event));
@@ -227,20 +227,16 @@ impl Store for SqliteStore {
     }
 
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        let (reader, proposals) = (self.reader.clone(), proposals.to_vec());
-        self.writes
-            .run(async move { review::facts_many(&reader, &proposals).await })
-            .await?
+        review::facts_many(&self.reader, proposals).await
     }
 
     async fn record_decisions(
         &self,
         items: Vec<(ReviewKey, Decision)>,
     ) -> Result<Vec<RecordOutcome>> {
-        let writer = self.writer.clone();
         let (recorded, events) = self
             .writes
-            .run(async move { review::record_many(&writer, items).await })
+            .run(move |conn| Box::pin(async move { review::record_many(conn?, items).await }))
             .await??;
         for event in events {
             self.publish(Some(event));

@@ -91,10 +91,9 @@ RETURNING *";
 /// is then read as it is (a redelivered review resumes, a terminal one ends).
 #[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn begin_many(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     items: &[ReviewKey],
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
-    let mut conn = pool.acquire().await?;
     let now = now_ms();
     // The common case in one statement: every PENDING proposal of the batch.
     let keys: Vec<[&str; 2]> = items
@@ -131,7 +130,7 @@ pub async fn begin_many(
                     trace_parent,
                 });
             }
-            None => out.push(resume_in(&mut conn, &item.tenant, &item.id, now).await?),
+            None => out.push(resume_in(conn, &item.tenant, &item.id, now).await?),
         }
     }
     Ok((out, events))
@@ -321,10 +320,10 @@ type OpenRow = (
 /// against the SOP and target as they are now.
 #[tracing::instrument(name = "store.sqlite.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub async fn record_many(
-    pool: &SqlitePool,
+    conn: &mut SqliteConnection,
     items: Vec<(ReviewKey, Decision)>,
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
-    let mut tx = pool.begin().await?;
+    let mut tx = sqlx::Connection::begin(conn).await?;
     let now = now_ms();
     // Each proposal as it is now and, for an approval, its SOP and target as
     // they are at commit, in one statement (`version:retired` of the cited SOP).
