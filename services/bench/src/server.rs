@@ -65,7 +65,11 @@ fn spawn(
     }
     let mut child = command.spawn().context("starting countersign serve")?;
     let mut line = String::new();
-    BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
+    let mut stdout = BufReader::new(child.stdout.take().context("server stdout")?);
+    stdout.read_line(&mut line)?;
+    // The rest of its stdout (the metrics address, …) is read and dropped: a
+    // closed pipe would fail the server's next line.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let addr = line
         .trim()
         .strip_prefix("countersign listening on ")
