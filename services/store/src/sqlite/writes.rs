@@ -40,10 +40,10 @@ pub struct SqliteWriter {
     jobs: mpsc::UnboundedSender<Job>,
 }
 
-/// The write thread is gone (it ends only when its last handle does, or if
-/// the OS refused to start it).
+/// A job got no answer: it panicked (the thread serves on), or the thread is
+/// gone (it ends only when its last handle does).
 #[derive(Debug, thiserror::Error)]
-#[error("the SQLite write thread stopped")]
+#[error("the SQLite write job did not finish (it panicked, or the write thread stopped)")]
 pub struct WriteThreadStopped;
 
 /// Runs the jobs one after another, on one acquisition of the writer while
