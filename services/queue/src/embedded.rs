@@ -14,14 +14,17 @@ use crate::{Lease, Queue, QueueError, Result, TenantDepth, now_ms};
 #[derive(Debug, Clone)]
 pub struct EmbeddedQueue {
     writer: SqliteWriter,
-    pool: SqlitePool,
 }
 
 impl EmbeddedQueue {
     /// Uses the store's writer (see `SqliteStore::writer`).
     pub fn new(writer: SqliteWriter) -> Self {
-        let pool = writer.pool().clone();
-        EmbeddedQueue { writer, pool }
+        EmbeddedQueue { writer }
+    }
+
+    /// The writer pool, for the statements that need not run on its thread.
+    fn pool(&self) -> &SqlitePool {
+        self.writer.pool()
     }
 }
 
@@ -83,7 +86,7 @@ impl Queue for EmbeddedQueue {
         .bind(proposal_id)
         .bind(now)
         .bind(now)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
@@ -133,7 +136,7 @@ impl Queue for EmbeddedQueue {
         .bind(now_ms() + ms(by))
         .bind(row_id(lease))
         .bind(&lease.token)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -142,7 +145,7 @@ impl Queue for EmbeddedQueue {
         sqlx::query("DELETE FROM queue_entries WHERE id = ? AND lease_token = ?")
             .bind(row_id(lease))
             .bind(&lease.token)
-            .execute(&self.pool)
+            .execute(self.pool())
             .await?;
         Ok(())
     }
@@ -194,7 +197,7 @@ impl Queue for EmbeddedQueue {
         .bind(now_ms() + ms(delay))
         .bind(row_id(lease))
         .bind(&lease.token)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
@@ -206,7 +209,7 @@ impl Queue for EmbeddedQueue {
              WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?",
         )
         .bind(now_ms())
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(done.rows_affected())
     }
@@ -222,14 +225,14 @@ impl Queue for EmbeddedQueue {
         .bind(reason)
         .bind(row_id(lease))
         .bind(&lease.token)
-        .execute(&self.pool)
+        .execute(self.pool())
         .await?;
         Ok(())
     }
 
     async fn depth(&self) -> Result<u64> {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM queue_entries WHERE dead_at IS NULL")
-            .fetch_one(&self.pool)
+            .fetch_one(self.pool())
             .await?;
         Ok(n.max(0) as u64)
     }
@@ -240,7 +243,7 @@ impl Queue for EmbeddedQueue {
             "SELECT tenant, COUNT(*), MIN(enqueued_at) FROM queue_entries
              WHERE dead_at IS NULL GROUP BY tenant ORDER BY tenant",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await?;
         Ok(rows
             .into_iter()

@@ -292,9 +292,10 @@ async fn explain_prepared(
 /// decided state) and the fan-out reads after it, on a young table (a
 /// deployment's first minutes, every benchmark run): each proposal is read by
 /// key, with the plan a connection cached while the table was tiny (growth
-/// alone does not replace it) and with one made for the run. Joined, PostgreSQL planned them on guesses: 100 rows for a
-/// recordset, ten pages for a table never analysed, a handful of rows under
-/// the row-level-security filter. Every batch then hashed the tenant's
+/// alone does not replace it) and with one made for the run. Joined,
+/// PostgreSQL planned them on guesses: 100 rows for a recordset, ten pages
+/// for a table never analysed, a handful of rows under the row-level-security
+/// filter. Every batch then hashed the tenant's
 /// proposals and every read of the fan-out walked all of them, probing the
 /// log for each (12 ms of PostgreSQL CPU per decision at 100 decisions/s).
 #[tokio::test]

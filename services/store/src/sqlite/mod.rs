@@ -39,11 +39,11 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqli
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    writer: SqlitePool,
+    /// The single writer connection, and the thread its hot paths run on.
+    writer: SqliteWriter,
     reader: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
     submitter: crate::group_commit::Submitter,
-    writes: SqliteWriter,
 }
 
 impl SqliteStore {
@@ -51,12 +51,12 @@ impl SqliteStore {
     /// The single writer connection, shared with the embedded queue (whose
     /// table the proposal insert writes in the same transaction).
     pub fn writer_pool(&self) -> SqlitePool {
-        self.writer.clone()
+        self.writer.pool().clone()
     }
 
     /// The writer pool with the thread its hot paths run on (see `writes`).
     pub fn writer(&self) -> SqliteWriter {
-        self.writes.clone()
+        self.writer.clone()
     }
 
     fn publish(&self, event: Option<StoreEvent>) {
@@ -92,15 +92,14 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await?;
         let (events, _) = broadcast::channel(4096);
-        let writes = SqliteWriter::start(writer.clone())
+        let writer = SqliteWriter::start(writer)
             .map_err(|e| StoreError::Unavailable(format!("starting the write thread: {e}")))?;
-        let submitter = group_commit::start(writes.clone());
+        let submitter = group_commit::start(writer.clone());
         Ok(SqliteStore {
             writer,
             reader,
             events,
             submitter,
-            writes,
         })
     }
 }
@@ -113,16 +112,16 @@ impl Store for SqliteStore {
 
     #[tracing::instrument(name = "store.sqlite.migrate", skip_all)]
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.writer).await?;
+        MIGRATOR.run(self.writer.pool()).await?;
         Ok(())
     }
 
     async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
-        tenants::bootstrap(&self.writer).await
+        tenants::bootstrap(self.writer.pool()).await
     }
 
     async fn create_tenant(&self, name: &str) -> Result<Tenant> {
-        tenants::create(&self.writer, name).await
+        tenants::create(self.writer.pool(), name).await
     }
 
     async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
@@ -134,11 +133,11 @@ impl Store for SqliteStore {
     }
 
     async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-        tenants::set_policy(&self.writer, name, policy).await
+        tenants::set_policy(self.writer.pool(), name, policy).await
     }
 
     async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
-        keys::create(&self.writer, new).await
+        keys::create(self.writer.pool(), new).await
     }
 
     async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
@@ -150,7 +149,7 @@ impl Store for SqliteStore {
     }
 
     async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord> {
-        keys::revoke(&self.writer, id).await
+        keys::revoke(self.writer.pool(), id).await
     }
 
     #[tracing::instrument(
@@ -171,13 +170,13 @@ impl Store for SqliteStore {
     }
 
     async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(&self.writer, tenant, id, reason).await?;
+        let (proposal, event) = proposals::cancel(self.writer.pool(), tenant, id, reason).await?;
         self.publish(Some(event));
         Ok(proposal)
     }
 
     async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop> {
-        reference::put_sop(&self.writer, tenant, sop).await
+        reference::put_sop(self.writer.pool(), tenant, sop).await
     }
 
     async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
@@ -189,7 +188,7 @@ impl Store for SqliteStore {
     }
 
     async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
-        reference::retire_sop(&self.writer, tenant, id).await
+        reference::retire_sop(self.writer.pool(), tenant, id).await
     }
 
     async fn put_target(
@@ -199,7 +198,7 @@ impl Store for SqliteStore {
         status: TargetStatus,
         labels: std::collections::BTreeMap<String, String>,
     ) -> Result<Target> {
-        reference::put_target(&self.writer, tenant, id, status, labels).await
+        reference::put_target(self.writer.pool(), tenant, id, status, labels).await
     }
 
     async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
@@ -217,7 +216,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<BeginReview>> {
         let items = items.to_vec();
         let (begun, events) = self
-            .writes
+            .writer
             .run(move |conn| Box::pin(async move { review::begin_many(conn?, &items).await }))
             .await??;
         for event in events {
@@ -235,7 +234,7 @@ impl Store for SqliteStore {
         items: Vec<(ReviewKey, Decision)>,
     ) -> Result<Vec<RecordOutcome>> {
         let (recorded, events) = self
-            .writes
+            .writer
             .run(move |conn| Box::pin(async move { review::record_many(conn?, items).await }))
             .await??;
         for event in events {
@@ -274,11 +273,11 @@ impl Store for SqliteStore {
     }
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {
-        events::prune(&self.writer, created_before).await
+        events::prune(self.writer.pool(), created_before).await
     }
 
     async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
-        suppression::record(&self.writer, counts).await?;
+        suppression::record(self.writer.pool(), counts).await?;
         // Wake the fan-out: the SUPPRESSED events are in the log.
         self.publish(Some(StoreEvent {
             cursor: None,
@@ -291,7 +290,7 @@ impl Store for SqliteStore {
     }
 
     async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()> {
-        suppression::reset(&self.writer, tenant, operator).await
+        suppression::reset(self.writer.pool(), tenant, operator).await
     }
 
     async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>> {
@@ -303,7 +302,7 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, limit: u32) -> Result<u64> {
-        audit::append(&self.writer, limit).await
+        audit::append(self.writer.pool(), limit).await
     }
 
     async fn list_audit(
@@ -329,7 +328,7 @@ impl Store for SqliteStore {
     }
 
     async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()> {
-        audit::save_checkpoint(&self.writer, checkpoint).await
+        audit::save_checkpoint(self.writer.pool(), checkpoint).await
     }
 
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {

@@ -197,8 +197,9 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     )
 }
 
-fn json_array(items: &[&str]) -> String {
-    serde_json::to_string(items).expect("strings serialize")
+fn json_array<S: AsRef<str>>(items: &[S]) -> String {
+    let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
+    serde_json::to_string(&items).expect("strings serialize")
 }
 
 /// The facts of each proposal, in order, from one read transaction (one
@@ -263,9 +264,7 @@ pub async fn facts_many(
             .bind(&tenant)
             .bind(&targets)
             .bind(now - policy.parallel_window_ms)
-            .bind(json_array(
-                &clusters.iter().map(String::as_str).collect::<Vec<_>>(),
-            ))
+            .bind(json_array(&clusters))
             .fetch_all(&mut *tx)
             .await?;
         facts::attach_others(gathered, &rows, &mut out);
