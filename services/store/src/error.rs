@@ -23,6 +23,9 @@ pub enum StoreError {
     Unavailable(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// From the SQLite writer's own handle (`sqlite::writes`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
@@ -42,6 +45,7 @@ impl ServiceError for StoreError {
             | StoreError::UnsafeRole(_)
             | StoreError::Corrupt(_)
             | StoreError::Database(_)
+            | StoreError::Sqlite(_)
             | StoreError::Migrate(_) => ErrorKind::Internal,
         }
     }

@@ -689,6 +689,52 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
     assert_eq!(store.latest_checkpoint("b").await.unwrap(), None);
 }
 
+/// Appends that overlap (the sequencer, a second process, a drain at stop)
+/// put each decision in the log once, in one unbroken chain per tenant.
+pub async fn overlapping_appends_put_each_decision_in_the_log_once(store: DynStore) {
+    use countersign_domain::audit::Verifier;
+
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    for i in 0..30 {
+        let tenant = if i % 3 == 0 { "b" } else { "a" };
+        let p = propose(&store, tenant, &format!("n{i}"), BlastRadius::SingleDevice).await;
+        reject(&store, &p, 1_000 + i).await;
+    }
+    let appenders = (0..4).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut appended = 0;
+            loop {
+                match store.append_audit(3).await.unwrap() {
+                    0 => return appended,
+                    n => appended += n,
+                }
+            }
+        })
+    });
+    let appended: u64 = futures::future::join_all(appenders)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .sum();
+    assert_eq!(appended, 30, "each decision appended once");
+    assert_eq!(store.append_audit(100).await.unwrap(), 0);
+    for (tenant, count) in [("a", 20), ("b", 10)] {
+        let entries = store.audit_range(tenant, 0, 100).await.unwrap();
+        assert_eq!(
+            entries.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+            (1..=count).collect::<Vec<u64>>()
+        );
+        let mut verifier = Verifier::new();
+        for entry in &entries {
+            verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
+        }
+        let verified = verifier.finish();
+        assert!(verified.ok(), "{tenant}: {verified:?}");
+    }
+}
+
 fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
     support::rejection(spec, "sop")
 }
@@ -1241,6 +1287,7 @@ macro_rules! every_store_test {
             tenants_and_keys_are_listed_across_tenants_for_administration,
             subscribers_hear_of_each_change_after_it_commits,
             the_audit_log_chains_each_tenants_decisions_in_commit_order,
+            overlapping_appends_put_each_decision_in_the_log_once,
             a_time_window_finds_decisions_committed_out_of_time_order,
         );
     };

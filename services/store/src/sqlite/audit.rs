@@ -7,6 +7,7 @@ use countersign_domain::audit::time_index::{self, SequenceWindow};
 use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry, chain};
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 
+use super::writes::SqliteWriter;
 use crate::Result;
 use crate::rows::{
     CheckpointRow, HEAD_COLUMNS, Head, checkpoint_from, entry_from_row, head_from, record_from_row,
@@ -14,10 +15,39 @@ use crate::rows::{
 
 /// Appends up to `limit` decisions that are not in their tenant's log yet, in
 /// the order they committed, in one transaction; returns how many.
-#[tracing::instrument(name = "store.sqlite.append_audit", level = "debug", skip(writer))]
-pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
-    let mut tx = writer.begin().await?;
-    let through: i64 = sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1")
+///
+/// The decisions are read and chained on a reader: only the insert takes the
+/// one writer, for as long as it writes (the chaining, ~60 µs a decision,
+/// used to hold every submission and review behind it). The write commits
+/// only if the log's progress is still what the reader saw; if another append
+/// got there first, the round starts again from what it wrote.
+#[tracing::instrument(name = "store.sqlite.append_audit", level = "debug", skip_all)]
+pub async fn append(reader: &SqlitePool, writer: &SqliteWriter, limit: u32) -> Result<u64> {
+    loop {
+        let Some(next) = chain_next(reader, limit).await? else {
+            return Ok(0);
+        };
+        let appended = next.entries.len() as u64;
+        let written = writer
+            .run(move |conn| Box::pin(async move { write_next(conn?, next).await }))
+            .await??;
+        if written {
+            return Ok(appended);
+        }
+    }
+}
+
+/// The entries that extend the logs, from one snapshot.
+struct NextEntries {
+    /// The progress mark they were chained from, and the one they move it to.
+    from: i64,
+    through: i64,
+    entries: Vec<serde_json::Value>,
+}
+
+async fn chain_next(reader: &SqlitePool, limit: u32) -> Result<Option<NextEntries>> {
+    let mut tx = reader.begin().await?;
+    let from: i64 = sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1")
         .fetch_one(&mut *tx)
         .await?;
     let rows = sqlx::query(
@@ -26,14 +56,14 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
          FROM decisions d CROSS JOIN proposals p ON p.id = d.proposal_id
          WHERE d.rowid > ?1 ORDER BY d.rowid LIMIT ?2",
     )
-    .bind(through)
+    .bind(from)
     .bind(i64::from(limit))
     .fetch_all(&mut *tx)
     .await?;
     let Some(last) = rows.last() else {
-        return Ok(0);
+        return Ok(None);
     };
-    let last: i64 = last.try_get("decision_rowid")?;
+    let through: i64 = last.try_get("decision_rowid")?;
 
     let mut heads: HashMap<String, Head> = HashMap::new();
     let mut entries = Vec::with_capacity(rows.len());
@@ -68,7 +98,25 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
             "lateness_max": next.tide.lateness_max,
         }));
     }
-    let appended = entries.len() as u64;
+    Ok(Some(NextEntries {
+        from,
+        through,
+        entries,
+    }))
+}
+
+/// Writes `next` if the progress mark is still where it was chained from;
+/// `false` (nothing written) if it moved.
+async fn write_next(conn: &mut SqliteConnection, next: NextEntries) -> Result<bool> {
+    let mut tx = sqlx::Connection::begin(conn).await?;
+    let moved = sqlx::query("UPDATE audit_progress SET through = ?2 WHERE id = 1 AND through = ?1")
+        .bind(next.from)
+        .bind(next.through)
+        .execute(&mut *tx)
+        .await?;
+    if moved.rows_affected() != 1 {
+        return Ok(false);
+    }
     sqlx::query(
         "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
              operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
@@ -83,15 +131,11 @@ pub async fn append(writer: &SqlitePool, limit: u32) -> Result<u64> {
                 json_extract(value, '$.lateness_max')
          FROM json_each(?1)",
     )
-    .bind(serde_json::Value::Array(entries).to_string())
+    .bind(serde_json::Value::Array(next.entries).to_string())
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE audit_progress SET through = ?1 WHERE id = 1")
-        .bind(last)
-        .execute(&mut *tx)
-        .await?;
     tx.commit().await?;
-    Ok(appended)
+    Ok(true)
 }
 
 async fn head_in(conn: &mut SqliteConnection, tenant: &str) -> Result<Head> {

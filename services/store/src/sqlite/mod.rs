@@ -235,7 +235,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<RecordOutcome>> {
         let (recorded, events) = self
             .writer
-            .run(move |conn| Box::pin(async move { review::record_many(conn?, items).await }))
+            .run_sync(move |conn| review::record_many(conn?, items))
             .await??;
         for event in events {
             self.publish(Some(event));
@@ -302,7 +302,7 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, limit: u32) -> Result<u64> {
-        audit::append(self.writer.pool(), limit).await
+        audit::append(&self.reader, &self.writer, limit).await
     }
 
     async fn list_audit(

@@ -318,11 +318,11 @@ type OpenRow = (
 /// (else the late result is logged and dropped); approvals are re-checked
 /// against the SOP and target as they are now.
 #[tracing::instrument(name = "store.sqlite.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
-pub async fn record_many(
-    conn: &mut SqliteConnection,
+pub fn record_many(
+    conn: &mut rusqlite::Connection,
     items: Vec<(ReviewKey, Decision)>,
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
-    let mut tx = sqlx::Connection::begin(conn).await?;
+    let tx = conn.transaction()?;
     let now = now_ms();
     // Each proposal as it is now and, for an approval, its SOP and target as
     // they are at commit, in one statement (`version:retired` of the cited SOP).
@@ -336,18 +336,19 @@ pub async fn record_many(
             [k.tenant.as_str(), k.id.as_str(), sop]
         })
         .collect();
-    let rows: Vec<OpenRow> =
-        sqlx::query_as(
+    let rows: Vec<OpenRow> = tx
+        .prepare_cached(
             "SELECT p.tenant, p.id, p.state, p.target,
                     (SELECT version || ':' || retired FROM sops
                      WHERE tenant = p.tenant AND id = json_extract(j.value, '$[2]')),
                     (SELECT status FROM targets WHERE tenant = p.tenant AND id = p.target)
              FROM json_each(?1) AS j CROSS JOIN proposals AS p
                ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')",
-        )
-        .bind(serde_json::to_string(&keys).expect("keys serialize"))
-        .fetch_all(&mut *tx)
-        .await?;
+        )?
+        .query_map([serde_json::to_string(&keys).expect("keys serialize")], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
     let mut current = std::collections::HashMap::new();
     let mut facts_now = std::collections::HashMap::new();
     for (tenant, id, state, target, sop, status) in rows {
@@ -373,18 +374,18 @@ pub async fn record_many(
             DecisionOutcome::TimedOut => ProposalState::TimedOut,
         };
         if state.is_terminal() {
-            sqlx::query(
+            tx.prepare_cached(
                 "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
                  VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&key.tenant)
-            .bind(&key.id)
-            .bind(decision.outcome.as_str())
-            .bind(state.as_str())
-            .bind(&decision.reviewer)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            )?
+            .execute(rusqlite::params![
+                key.tenant,
+                key.id,
+                decision.outcome.as_str(),
+                state.as_str(),
+                decision.reviewer,
+                now
+            ])?;
             out.push(RecordOutcome::Discarded(*state));
             continue;
         }
@@ -430,7 +431,7 @@ pub async fn record_many(
     }
 
     if !writes.is_empty() {
-        sqlx::query(
+        tx.prepare_cached(
             "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
                  sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
                  summary, review_latency_ms)
@@ -442,12 +443,10 @@ pub async fn record_many(
                     json_extract(value, '$.reviewer'), json_extract(value, '$.decided_at'),
                     json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms')
              FROM json_each(?1)",
-        )
-        .bind(serde_json::Value::Array(writes).to_string())
-        .execute(&mut *tx)
-        .await?;
-        let expected = changes.len() as u64;
-        let updated = sqlx::query(
+        )?
+        .execute([serde_json::Value::Array(writes).to_string()])?;
+        let expected = changes.len();
+        let updated = tx.prepare_cached(
             "UPDATE proposals SET state = batch.next, decided_at = batch.decided_at, updated_at = ?1
              FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id,
                           json_extract(value, '$[2]') AS prev, json_extract(value, '$[3]') AS next,
@@ -455,12 +454,9 @@ pub async fn record_many(
                    FROM json_each(?2)) AS batch
              WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
                AND proposals.state = batch.prev",
-        )
-        .bind(now)
-        .bind(serde_json::Value::Array(changes).to_string())
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() != expected {
+        )?
+        .execute(rusqlite::params![now, serde_json::Value::Array(changes).to_string()])?;
+        if updated != expected {
             // Something moved under us: write nothing, let the reviews retry.
             return Err(StoreError::FailedPrecondition(
                 "proposals changed under their decisions".into(),
@@ -474,9 +470,9 @@ pub async fn record_many(
             })
             .map(|((k, _), _)| [k.tenant.as_str(), k.id.as_str()])
             .collect();
-        super::suppression::log_trips(&mut tx, &rejected, now).await?;
+        super::suppression::log_trips(&tx, &rejected, now)?;
     }
-    tx.commit().await?;
+    tx.commit()?;
     Ok((out, events))
 }
 

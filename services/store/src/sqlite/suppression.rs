@@ -1,7 +1,7 @@
 //! Suppressed retries and operator breakers.
 
 use countersign_domain::Millis;
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::SqlitePool;
 
 use crate::{BreakerReset, RecentRejection, Result, ReviewKey, StoreError, now_ms};
 
@@ -43,15 +43,11 @@ pub async fn record(writer: &SqlitePool, counts: Vec<(ReviewKey, u64)>) -> Resul
 /// Logs BREAKER_TRIPPED for each just-rejected proposal that is exactly its
 /// operator's threshold-th rejection in the tenant's window since the last
 /// reset. Runs inside the transaction that records the rejections.
-pub async fn log_trips(
-    conn: &mut SqliteConnection,
-    rejected: &[[&str; 2]],
-    now: Millis,
-) -> Result<()> {
+pub fn log_trips(conn: &rusqlite::Connection, rejected: &[[&str; 2]], now: Millis) -> Result<()> {
     if rejected.is_empty() {
         return Ok(());
     }
-    sqlx::query(
+    conn.prepare_cached(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          SELECT p.tenant, p.id, 'BREAKER_TRIPPED', p.state, ?2
          FROM json_each(?1) AS j
@@ -69,11 +65,11 @@ pub async fn log_trips(
                                   WHERE r.tenant = p.tenant AND r.operator = p.operator), 0))
                     AND (q.decided_at < p.decided_at OR (q.decided_at = p.decided_at AND q.id <= p.id)))
                ELSE -1 END = t.breaker_threshold",
-    )
-    .bind(serde_json::to_string(rejected).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    )?
+    .execute(rusqlite::params![
+        serde_json::to_string(rejected).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        now
+    ])?;
     Ok(())
 }
 

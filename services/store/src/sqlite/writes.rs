@@ -37,7 +37,7 @@ const HOLD_AT_MOST: usize = 32;
 #[derive(Debug, Clone)]
 pub struct SqliteWriter {
     pool: SqlitePool,
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: mpsc::UnboundedSender<Work>,
 }
 
 /// A job got no answer: it panicked (the thread serves on), or the thread is
@@ -46,25 +46,40 @@ pub struct SqliteWriter {
 #[error("the SQLite write job did not finish (it panicked, or the write thread stopped)")]
 pub struct WriteThreadStopped;
 
+/// The writer's own SQLite handle, for a job that runs its statements on the
+/// write thread itself (no hand-off to the connection's thread per statement),
+/// or why it could not be had.
+pub type Handle<'c> = Result<&'c mut rusqlite::Connection, crate::StoreError>;
+
+/// A job on the handle; `false` if it panicked.
+type SyncJob = Box<dyn for<'c> FnOnce(Handle<'c>) -> bool + Send>;
+
+enum Work {
+    Async(Job),
+    Sync(SyncJob),
+}
+
 /// Runs the jobs one after another, on one acquisition of the writer while
 /// they keep coming: taking the connection from the pool and giving it back
 /// are hand-offs of their own (the pool checks a returned connection).
-async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Job>) {
+async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Work>) {
     let mut held: Option<PoolConnection<sqlx::Sqlite>> = None;
     let mut in_a_row = 0;
+    // A job taken while a run of synchronous jobs was being served.
+    let mut next: Option<Work> = None;
     loop {
-        let job = match jobs.try_recv() {
-            Ok(job) => job,
+        let work = match next.take().map_or_else(|| jobs.try_recv(), Ok) {
+            Ok(work) => work,
             Err(mpsc::error::TryRecvError::Empty) => {
                 held = None;
                 match jobs.recv().await {
-                    Some(job) => job,
+                    Some(work) => work,
                     None => return,
                 }
             }
             Err(mpsc::error::TryRecvError::Disconnected) => return,
         };
-        if in_a_row == HOLD_AT_MOST {
+        if in_a_row >= HOLD_AT_MOST {
             held = None;
         }
         if held.is_none() {
@@ -72,23 +87,87 @@ async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Job>) {
             match pool.acquire().await {
                 Ok(conn) => held = Some(conn),
                 Err(error) => {
-                    let _ = job(Err(error)).await;
+                    match work {
+                        Work::Async(job) => {
+                            let _ = job(Err(error)).await;
+                        }
+                        Work::Sync(job) => {
+                            let _ = job(Err(error.into()));
+                        }
+                    }
                     continue;
                 }
             }
         }
         in_a_row += 1;
         let conn = held.as_mut().expect("held above");
-        if !job(Ok(&mut **conn)).await {
+        let clean = match work {
+            Work::Async(job) => job(Ok(&mut **conn)).await,
+            Work::Sync(job) => serve_sync(conn, job, &mut jobs, &mut next, &mut in_a_row).await,
+        };
+        if !clean {
             held = None;
         }
     }
 }
 
+/// Runs `first` and the synchronous jobs queued right behind it on the
+/// writer's handle, locked out of sqlx's connection thread for the run; the
+/// first other job is left in `next`. `false` if a job panicked.
+async fn serve_sync(
+    conn: &mut sqlx::SqliteConnection,
+    first: SyncJob,
+    jobs: &mut mpsc::UnboundedReceiver<Work>,
+    next: &mut Option<Work>,
+    in_a_row: &mut usize,
+) -> bool {
+    let mut locked = match conn.lock_handle().await {
+        Ok(locked) => locked,
+        Err(error) => return first(Err(error.into())),
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: the handle is valid while `locked` lives, and no other thread
+    // uses it meanwhile (sqlx's connection thread waits on the lock);
+    // `from_handle` does not close it, and `raw` is dropped before `locked`.
+    let raw = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) };
+    let mut raw = match raw {
+        Ok(raw) => raw,
+        Err(error) => return first(Err(error.into())),
+    };
+    let mut job = first;
+    let clean = loop {
+        let finished = job(Ok(&mut raw));
+        // Never hand the connection back inside a transaction a job left open.
+        if !raw.is_autocommit() {
+            let _ = raw.execute_batch("ROLLBACK");
+        }
+        if !finished {
+            break false;
+        }
+        if *in_a_row >= HOLD_AT_MOST {
+            break true;
+        }
+        match jobs.try_recv() {
+            Ok(Work::Sync(following)) => {
+                *in_a_row += 1;
+                job = following;
+            }
+            Ok(other) => {
+                *next = Some(other);
+                break true;
+            }
+            Err(_) => break true,
+        }
+    };
+    drop(raw);
+    drop(locked);
+    clean
+}
+
 impl SqliteWriter {
     /// Starts the thread; it ends once every handle to it is gone.
     pub(crate) fn start(pool: SqlitePool) -> std::io::Result<Self> {
-        let (jobs, rx) = mpsc::unbounded_channel::<Job>();
+        let (jobs, rx) = mpsc::unbounded_channel::<Work>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -130,7 +209,37 @@ impl SqliteWriter {
                 .instrument(span),
             )
         });
-        self.jobs.send(job).map_err(|_| WriteThreadStopped)?;
+        self.jobs
+            .send(Work::Async(job))
+            .map_err(|_| WriteThreadStopped)?;
+        answer.await.map_err(|_| WriteThreadStopped)
+    }
+
+    /// Runs `job` on the write thread itself, with the writer's own SQLite
+    /// handle: its statements are not handed to another thread one by one.
+    /// Jobs run one at a time with the others, in the order they came; a
+    /// transaction the job leaves open is rolled back; a job that panics
+    /// answers [`WriteThreadStopped`] and the thread serves on.
+    pub async fn run_sync<T, F>(&self, job: F) -> Result<T, WriteThreadStopped>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(Handle<'c>) -> T + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let span = tracing::Span::current();
+        let job: SyncJob = Box::new(move |conn| {
+            let _in_span = span.enter();
+            match std::panic::catch_unwind(AssertUnwindSafe(|| job(conn))) {
+                Ok(done) => {
+                    let _ = reply.send(done);
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        self.jobs
+            .send(Work::Sync(job))
+            .map_err(|_| WriteThreadStopped)?;
         answer.await.map_err(|_| WriteThreadStopped)
     }
 }
@@ -195,5 +304,154 @@ mod tests {
         assert!(answer);
         let error: crate::StoreError = WriteThreadStopped.into();
         assert!(matches!(error, crate::StoreError::Unavailable(_)));
+    }
+
+    #[tokio::test]
+    async fn a_sync_job_runs_on_the_write_thread_with_the_writers_own_handle() {
+        let writer = writer().await;
+        let (name, answer) = writer
+            .run_sync(|conn| {
+                let answer: i64 = conn
+                    .unwrap()
+                    .query_row("SELECT 41 + 1", [], |r| r.get(0))
+                    .unwrap();
+                (std::thread::current().name().map(str::to_owned), answer)
+            })
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("countersign-sqlite-writes"));
+        assert_eq!(answer, 42);
+    }
+
+    async fn count(writer: &SqliteWriter) -> i64 {
+        writer
+            .run(|conn| {
+                Box::pin(async move {
+                    sqlx::query_scalar("SELECT COUNT(*) FROM t")
+                        .fetch_one(conn.unwrap())
+                        .await
+                        .unwrap()
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    /// What a job leaves uncommitted is never seen, and never carried into
+    /// the next job's writes (which would commit it).
+    #[tokio::test]
+    async fn a_transaction_a_sync_job_leaves_open_is_rolled_back() {
+        let writer = writer().await;
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute_batch("CREATE TABLE t (n INTEGER)")
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute_batch("BEGIN; INSERT INTO t VALUES (1);")
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute("INSERT INTO t VALUES (2)", [])
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        assert_eq!(count(&writer).await, 1, "only the second job's row");
+    }
+
+    #[tokio::test]
+    async fn a_sync_job_that_panics_fails_its_caller_and_the_thread_serves_on() {
+        let writer = writer().await;
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute_batch("CREATE TABLE t (n INTEGER)")
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        let panicked = writer
+            .run_sync(|conn| {
+                let tx = conn.unwrap().transaction().unwrap();
+                tx.execute("INSERT INTO t VALUES (1)", []).unwrap();
+                if std::hint::black_box(true) {
+                    panic!("a job panicked mid-transaction");
+                }
+                tx.commit().unwrap();
+            })
+            .await;
+        assert!(matches!(panicked, Err(WriteThreadStopped)));
+        assert_eq!(count(&writer).await, 0, "the panicked job's insert is gone");
+    }
+
+    /// Synchronous and asynchronous jobs share one queue: each runs after
+    /// every job sent before it.
+    #[tokio::test]
+    async fn sync_and_async_jobs_run_in_the_order_they_came() {
+        let writer = writer().await;
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute_batch("CREATE TABLE t (n INTEGER)")
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        let mut jobs: Vec<BoxFuture<'_, ()>> = Vec::new();
+        let writer = &writer;
+        for n in 0..60_i64 {
+            if n % 3 == 0 {
+                jobs.push(Box::pin(async move {
+                    writer
+                        .run(move |conn| {
+                            Box::pin(async move {
+                                sqlx::query("INSERT INTO t VALUES (?)")
+                                    .bind(n)
+                                    .execute(conn.unwrap())
+                                    .await
+                                    .unwrap();
+                            })
+                        })
+                        .await
+                        .unwrap()
+                }));
+            } else {
+                jobs.push(Box::pin(async move {
+                    writer
+                        .run_sync(move |conn| {
+                            conn.unwrap()
+                                .execute("INSERT INTO t VALUES (?)", [n])
+                                .unwrap();
+                        })
+                        .await
+                        .unwrap()
+                }));
+            }
+        }
+        // `join_all` polls them in order: each is sent at its first poll.
+        futures::future::join_all(jobs).await;
+        let order: Vec<i64> = writer
+            .run_sync(|conn| {
+                let conn = conn.unwrap();
+                let mut statement = conn.prepare("SELECT n FROM t ORDER BY rowid").unwrap();
+                statement
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .collect::<rusqlite::Result<_>>()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        assert_eq!(order, (0..60).collect::<Vec<_>>());
     }
 }
