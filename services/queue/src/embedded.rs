@@ -43,6 +43,11 @@ fn stopped(error: countersign_store::sqlite::WriteThreadStopped) -> QueueError {
     QueueError::Unavailable(error.to_string())
 }
 
+/// The writer could not be had (its pool timed out or closed).
+fn unavailable(error: countersign_store::StoreError) -> QueueError {
+    QueueError::Unavailable(error.to_string())
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -100,17 +105,16 @@ impl Queue for EmbeddedQueue {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut rows: Vec<(i64, String, String, i64)> = self
             .writer
-            .run(move |conn| {
-                Box::pin(async move {
-                    sqlx::query_as(FETCH)
-                        .bind(worker)
-                        .bind(lease_token)
-                        .bind(expires_at)
-                        .bind(now)
-                        .bind(limit)
-                        .fetch_all(conn?)
-                        .await
-                })
+            .run_sync(move |conn| {
+                let conn = conn.map_err(unavailable)?;
+                let rows = conn
+                    .prepare_cached(FETCH)?
+                    .query_map(
+                        rusqlite::params![worker, lease_token, expires_at, now, limit],
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+                    )?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok::<_, QueueError>(rows)
             })
             .await
             .map_err(stopped)??;
@@ -167,21 +171,16 @@ impl Queue for EmbeddedQueue {
             })
             .collect();
         self.writer
-            .run(move |conn| {
-                Box::pin(async move {
-                    let conn = conn?;
-                    for (token, ids) in batches {
-                        sqlx::query(
-                            "DELETE FROM queue_entries
-                             WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
-                        )
-                        .bind(token)
-                        .bind(ids)
-                        .execute(&mut *conn)
-                        .await?;
-                    }
-                    Ok::<_, sqlx::Error>(())
-                })
+            .run_sync(move |conn| {
+                let conn = conn.map_err(unavailable)?;
+                let mut delete = conn.prepare_cached(
+                    "DELETE FROM queue_entries
+                     WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
+                )?;
+                for (token, ids) in batches {
+                    delete.execute([token, ids])?;
+                }
+                Ok::<_, QueueError>(())
             })
             .await
             .map_err(stopped)??;

@@ -45,6 +45,9 @@ pub enum QueueError {
     Unavailable(String),
     #[error("queue error: {0}")]
     Backend(#[from] sqlx::Error),
+    /// From the SQLite writer's own handle (the embedded queue's hot paths).
+    #[error("queue error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("queue error (redis): {0}")]
     Redis(#[from] ::redis::RedisError),
 }

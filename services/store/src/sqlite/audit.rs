@@ -27,9 +27,9 @@ pub async fn append(reader: &SqlitePool, writer: &SqliteWriter, limit: u32) -> R
         let Some(next) = chain_next(reader, limit).await? else {
             return Ok(0);
         };
-        let appended = next.entries.len() as u64;
+        let appended = next.count;
         let written = writer
-            .run(move |conn| Box::pin(async move { write_next(conn?, next).await }))
+            .run_sync(move |conn| write_next(conn?, next))
             .await??;
         if written {
             return Ok(appended);
@@ -42,7 +42,9 @@ struct NextEntries {
     /// The progress mark they were chained from, and the one they move it to.
     from: i64,
     through: i64,
-    entries: Vec<serde_json::Value>,
+    /// How many, and their JSON array (serialized here, off the writer).
+    count: u64,
+    entries: String,
 }
 
 async fn chain_next(reader: &SqlitePool, limit: u32) -> Result<Option<NextEntries>> {
@@ -101,23 +103,22 @@ async fn chain_next(reader: &SqlitePool, limit: u32) -> Result<Option<NextEntrie
     Ok(Some(NextEntries {
         from,
         through,
-        entries,
+        count: entries.len() as u64,
+        entries: serde_json::Value::Array(entries).to_string(),
     }))
 }
 
 /// Writes `next` if the progress mark is still where it was chained from;
 /// `false` (nothing written) if it moved.
-async fn write_next(conn: &mut SqliteConnection, next: NextEntries) -> Result<bool> {
-    let mut tx = sqlx::Connection::begin(conn).await?;
-    let moved = sqlx::query("UPDATE audit_progress SET through = ?2 WHERE id = 1 AND through = ?1")
-        .bind(next.from)
-        .bind(next.through)
-        .execute(&mut *tx)
-        .await?;
-    if moved.rows_affected() != 1 {
+fn write_next(conn: &mut rusqlite::Connection, next: NextEntries) -> Result<bool> {
+    let tx = conn.transaction()?;
+    let moved = tx
+        .prepare_cached("UPDATE audit_progress SET through = ?2 WHERE id = 1 AND through = ?1")?
+        .execute([next.from, next.through])?;
+    if moved != 1 {
         return Ok(false);
     }
-    sqlx::query(
+    tx.prepare_cached(
         "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
              operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
              decided_max, lateness_max)
@@ -130,11 +131,9 @@ async fn write_next(conn: &mut SqliteConnection, next: NextEntries) -> Result<bo
                 json_extract(value, '$.digest'), json_extract(value, '$.decided_max'),
                 json_extract(value, '$.lateness_max')
          FROM json_each(?1)",
-    )
-    .bind(serde_json::Value::Array(next.entries).to_string())
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )?
+    .execute([next.entries])?;
+    tx.commit()?;
     Ok(true)
 }
 

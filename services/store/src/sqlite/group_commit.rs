@@ -4,7 +4,7 @@
 //! so the pages they share are written once. Each caller hears back only after
 //! the commit: OK still means durable.
 
-use super::{SqliteWriter, proposals, writes::Connection};
+use super::{SqliteWriter, proposals, writes::Handle};
 use crate::StoreError;
 use crate::group_commit::{Group, Submitter};
 
@@ -16,15 +16,13 @@ pub fn start(writer: SqliteWriter) -> Submitter {
         async move {
             // A group lost with the thread has no one to answer: its callers
             // hear that their submission was dropped, and nothing was written.
-            let _ = writer
-                .run(move |conn| Box::pin(async move { commit(conn, group).await }))
-                .await;
+            let _ = writer.run_sync(move |conn| commit(conn, group)).await;
         }
     })
 }
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-async fn commit(conn: Connection<'_>, group: Group) {
+fn commit(conn: Handle<'_>, group: Group) {
     let conn = match conn {
         Ok(conn) => conn,
         Err(error) => {
@@ -34,12 +32,11 @@ async fn commit(conn: Connection<'_>, group: Group) {
             return;
         }
     };
-    // The group is one INSERT statement, which commits as a whole on its own
-    // (no BEGIN and COMMIT: two more hand-offs while the group holds the only
-    // writer); if it fails, each submission is inserted by a statement of its
-    // own, and fails only itself.
+    // The group is one INSERT statement, which commits as a whole on its own;
+    // if it fails, each submission is inserted by a statement of its own, and
+    // fails only itself.
     let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
-    let results = proposals::insert_group(conn, news).await;
+    let results = proposals::insert_group(conn, news);
     for (result, reply) in results.into_iter().zip(replies) {
         let _ = reply.send(result);
     }

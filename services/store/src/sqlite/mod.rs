@@ -217,7 +217,7 @@ impl Store for SqliteStore {
         let items = items.to_vec();
         let (begun, events) = self
             .writer
-            .run(move |conn| Box::pin(async move { review::begin_many(conn?, &items).await }))
+            .run_sync(move |conn| review::begin_many(conn?, &items))
             .await??;
         for event in events {
             self.publish(Some(event));

@@ -1,31 +1,32 @@
 use std::collections::HashSet;
 
 use countersign_domain::{Millis, Proposal, ProposalState};
-use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
+use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{events, review};
+use rusqlite::OptionalExtension;
+
+use crate::rows::Columns;
 use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
-pub fn from_row(row: &SqliteRow) -> Result<Proposal> {
-    let id: String = row.try_get("id")?;
-    let spec_json: String = row.try_get("spec_json")?;
-    let spec = serde_json::from_str(&spec_json)
+pub fn from_row(row: &impl Columns) -> Result<Proposal> {
+    let id = row.text("id")?;
+    let spec = serde_json::from_str(&row.text("spec_json")?)
         .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
-    let state: String = row.try_get("state")?;
-    let state = state
+    let state = row
+        .text("state")?
         .parse::<ProposalState>()
         .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
-    let suppressed: i64 = row.try_get("suppressed_retries")?;
     Ok(Proposal {
-        tenant: row.try_get("tenant")?,
+        tenant: row.text("tenant")?,
         spec,
         state,
-        submitted_by: row.try_get("submitted_by")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
+        submitted_by: row.text("submitted_by")?,
+        created_at: row.int("created_at")?,
+        updated_at: row.int("updated_at")?,
         decision: None,
-        suppressed_retries: suppressed.max(0) as u64,
-        cancel_reason: row.try_get("cancel_reason")?,
+        suppressed_retries: row.int("suppressed_retries")?.max(0) as u64,
+        cancel_reason: row.opt_text("cancel_reason")?,
         id,
     })
 }
@@ -87,27 +88,48 @@ fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
 }
 
 /// Inserts `group` (each with its id); the ids inserted.
-async fn insert_rows(
-    conn: &mut SqliteConnection,
+fn insert_rows(
+    conn: &rusqlite::Connection,
     group: &[NewProposal],
     ids: &[String],
     now: Millis,
-) -> std::result::Result<HashSet<String>, sqlx::Error> {
+) -> rusqlite::Result<HashSet<String>> {
     let rows = group
         .iter()
         .zip(ids)
         .map(|(new, id)| row_of(new, id, now))
         .collect();
-    let inserted: Vec<String> = sqlx::query_scalar(INSERT_ROWS)
-        .bind(serde_json::Value::Array(rows).to_string())
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(inserted.into_iter().collect())
+    conn.prepare_cached(INSERT_ROWS)?
+        .query_map([serde_json::Value::Array(rows).to_string()], |row| {
+            row.get(0)
+        })?
+        .collect()
+}
+
+/// One proposal as it is now, with its decision once it has one, read on the
+/// writer's own handle.
+fn fetch_here(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+    let found = conn
+        .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
+        .query_row([tenant, id], |row| Ok(from_row(row)))
+        .optional()?;
+    let Some(proposal) = found else {
+        return Ok(None);
+    };
+    let mut proposal = proposal?;
+    if proposal.state.is_terminal() {
+        proposal.decision = conn
+            .prepare_cached("SELECT * FROM decisions WHERE proposal_id = ?")?
+            .query_row([id], |row| Ok(crate::rows::decision_from_row(row)))
+            .optional()?
+            .transpose()?;
+    }
+    Ok(Some(proposal))
 }
 
 /// The answer to a submission `id` that [`insert_rows`] did or did not insert.
-async fn answer(
-    conn: &mut SqliteConnection,
+fn answer(
+    conn: &rusqlite::Connection,
     new: NewProposal,
     id: String,
     now: Millis,
@@ -122,16 +144,13 @@ async fn answer(
     }
     // The idempotency key was taken: the same spec is the same proposal.
     let key = new.spec.idempotency_key.clone();
-    let (earlier_id, earlier_digest): (String, String) = sqlx::query_as(
-        "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
-    )
-    .bind(&new.tenant)
-    .bind(&key)
-    .fetch_one(&mut *conn)
-    .await?;
+    let (earlier_id, earlier_digest): (String, String) = conn
+        .prepare_cached(
+            "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
+        )?
+        .query_row([&new.tenant, &key], |row| Ok((row.get(0)?, row.get(1)?)))?;
     crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &new.spec.digest())?;
-    let proposal = fetch(conn, &new.tenant, &earlier_id)
-        .await?
+    let proposal = fetch_here(conn, &new.tenant, &earlier_id)?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
     Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
@@ -139,45 +158,37 @@ async fn answer(
 /// A group of submissions, in one statement in the common case. Should the
 /// statement fail, it changed nothing (SQLite backs out a failed statement,
 /// not its transaction) and each submission is inserted on its own, so a bad
-/// one fails only itself. One statement instead of one per submission: each
-/// is a hand-off to the connection's thread and back while the group holds
-/// the only writer.
-pub async fn insert_group(conn: &mut SqliteConnection, group: Vec<NewProposal>) -> Vec<Inserted> {
+/// one fails only itself.
+pub fn insert_group(conn: &rusqlite::Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
     let now = now_ms();
     let ids: Vec<String> = group
         .iter()
         .map(|_| ulid::Ulid::new().to_string())
         .collect();
     let mut out = Vec::with_capacity(group.len());
-    match insert_rows(conn, &group, &ids, now).await {
+    match insert_rows(conn, &group, &ids, now) {
         Ok(inserted) => {
             for (new, id) in group.into_iter().zip(ids) {
-                out.push(answer(conn, new, id, now, &inserted).await);
+                out.push(answer(conn, new, id, now, &inserted));
             }
         }
         Err(_) => {
             for (new, id) in group.into_iter().zip(ids) {
-                out.push(insert_one(conn, new, id, now).await);
+                out.push(insert_one(conn, new, id, now));
             }
         }
     }
     out
 }
 
-async fn insert_one(
-    conn: &mut SqliteConnection,
-    new: NewProposal,
-    id: String,
-    now: Millis,
-) -> Inserted {
+fn insert_one(conn: &rusqlite::Connection, new: NewProposal, id: String, now: Millis) -> Inserted {
     let inserted = insert_rows(
         conn,
         std::slice::from_ref(&new),
         std::slice::from_ref(&id),
         now,
-    )
-    .await?;
-    answer(conn, new, id, now, &inserted).await
+    )?;
+    answer(conn, new, id, now, &inserted)
 }
 
 #[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]

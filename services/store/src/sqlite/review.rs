@@ -4,7 +4,8 @@
 use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
 };
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use rusqlite::OptionalExtension;
+use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{events, proposals, tenants};
 use crate::{
@@ -26,47 +27,30 @@ pub async fn decision_of(conn: &mut SqliteConnection, id: &str) -> Result<Option
         .transpose()
 }
 
-async fn state_of(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    id: &str,
-) -> Result<(ProposalState, Option<Millis>, String)> {
-    let row: Option<(String, Option<Millis>, String)> = sqlx::query_as(
-        "SELECT state, review_started_at, target FROM proposals WHERE tenant = ? AND id = ?",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let (state, started, target) =
-        row.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    let state = state
-        .parse()
-        .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
-    Ok((state, started, target))
-}
-
 /// A proposal of the batch that was not PENDING: redelivered while REVIEWING
 /// (it keeps its first start time), or already terminal.
-async fn resume_in(
-    conn: &mut SqliteConnection,
+fn resume_in(
+    conn: &rusqlite::Connection,
     tenant: &str,
     id: &str,
     now: Millis,
 ) -> Result<BeginReview> {
-    let (state, started, _) = state_of(conn, tenant, id).await?;
-    if state != ProposalState::Reviewing {
-        return Ok(BeginReview::Terminal(state));
+    let found = conn
+        .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
+        .query_row([tenant, id], |row| {
+            Ok((
+                proposals::from_row(row),
+                row.get::<_, Option<Millis>>("review_started_at")?,
+                row.get::<_, Option<String>>("trace_parent")?,
+            ))
+        })
+        .optional()?;
+    let (proposal, started, trace_parent) =
+        found.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
+    let proposal = proposal?;
+    if proposal.state != ProposalState::Reviewing {
+        return Ok(BeginReview::Terminal(proposal.state));
     }
-    let proposal = proposals::fetch(conn, tenant, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    let trace_parent: Option<String> =
-        sqlx::query_scalar("SELECT trace_parent FROM proposals WHERE tenant = ? AND id = ?")
-            .bind(tenant)
-            .bind(id)
-            .fetch_one(&mut *conn)
-            .await?;
     Ok(BeginReview::Reviewing {
         proposal: Box::new(proposal),
         started_at: started.unwrap_or(now),
@@ -90,8 +74,8 @@ RETURNING *";
 /// more hand-offs while the batch holds the only writer); each of the others
 /// is then read as it is (a redelivered review resumes, a terminal one ends).
 #[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
-pub async fn begin_many(
-    conn: &mut SqliteConnection,
+pub fn begin_many(
+    conn: &mut rusqlite::Connection,
     items: &[ReviewKey],
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
     let now = now_ms();
@@ -100,19 +84,21 @@ pub async fn begin_many(
         .iter()
         .map(|k| [k.tenant.as_str(), k.id.as_str()])
         .collect();
-    let rows = sqlx::query(BEGIN)
-        .bind(now)
-        .bind(serde_json::to_string(&keys).expect("keys serialize"))
-        .fetch_all(&mut *conn)
-        .await?;
     let mut started = std::collections::HashMap::new();
-    for row in &rows {
-        let proposal = proposals::from_row(row)?;
-        let trace_parent: Option<String> = row.try_get("trace_parent")?;
-        started.insert(
-            (proposal.tenant.clone(), proposal.id.clone()),
-            (proposal, trace_parent),
-        );
+    {
+        let mut statement = conn.prepare_cached(BEGIN)?;
+        let mut rows = statement.query(rusqlite::params![
+            now,
+            serde_json::to_string(&keys).expect("keys serialize")
+        ])?;
+        while let Some(row) = rows.next()? {
+            let proposal = proposals::from_row(row)?;
+            let trace_parent: Option<String> = row.get("trace_parent")?;
+            started.insert(
+                (proposal.tenant.clone(), proposal.id.clone()),
+                (proposal, trace_parent),
+            );
+        }
     }
     let mut events = Vec::new();
     let mut out = Vec::with_capacity(items.len());
@@ -130,7 +116,7 @@ pub async fn begin_many(
                     trace_parent,
                 });
             }
-            None => out.push(resume_in(conn, &item.tenant, &item.id, now).await?),
+            None => out.push(resume_in(conn, &item.tenant, &item.id, now)?),
         }
     }
     Ok((out, events))

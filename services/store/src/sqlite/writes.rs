@@ -33,6 +33,10 @@ type Job = Box<dyn for<'c> FnOnce(Connection<'c>) -> BoxFuture<'c, bool> + Send>
 /// turn at least this often; they also get it whenever no job waits).
 const HOLD_AT_MOST: usize = 32;
 
+/// How long a run of synchronous jobs keeps the handle locked waiting for the
+/// next one (a review batch's jobs come a millisecond or two apart).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The single writer connection and the thread its hot paths run on.
 #[derive(Debug, Clone)]
 pub struct SqliteWriter {
@@ -147,16 +151,26 @@ async fn serve_sync(
         if *in_a_row >= HOLD_AT_MOST {
             break true;
         }
-        match jobs.try_recv() {
-            Ok(Work::Sync(following)) => {
+        // The next job, waiting a little for it: a run keeps the handle's
+        // statements prepared, which a new run prepares again.
+        let following = match jobs.try_recv() {
+            Ok(work) => Some(work),
+            Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout(LINGER, jobs.recv())
+                .await
+                .ok()
+                .flatten(),
+            Err(mpsc::error::TryRecvError::Disconnected) => None,
+        };
+        match following {
+            Some(Work::Sync(following)) => {
                 *in_a_row += 1;
                 job = following;
             }
-            Ok(other) => {
+            Some(other) => {
                 *next = Some(other);
                 break true;
             }
-            Err(_) => break true,
+            None => break true,
         }
     };
     drop(raw);
