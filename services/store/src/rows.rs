@@ -26,47 +26,30 @@ pub(crate) trait Columns {
 }
 
 macro_rules! columns {
-    ($row:ty) => {
+    ($row:ty, $get:ident) => {
         impl Columns for $row {
             fn text(&self, column: &str) -> Result<String> {
-                Ok(self.try_get(column)?)
+                Ok(self.$get(column)?)
             }
             fn opt_text(&self, column: &str) -> Result<Option<String>> {
-                Ok(self.try_get(column)?)
+                Ok(self.$get(column)?)
             }
             fn int(&self, column: &str) -> Result<i64> {
-                Ok(self.try_get(column)?)
+                Ok(self.$get(column)?)
             }
             fn opt_int(&self, column: &str) -> Result<Option<i64>> {
-                Ok(self.try_get(column)?)
+                Ok(self.$get(column)?)
             }
             fn flag(&self, column: &str) -> Result<bool> {
-                Ok(self.try_get(column)?)
+                Ok(self.$get(column)?)
             }
         }
     };
 }
-columns!(sqlx::postgres::PgRow);
-columns!(sqlx::sqlite::SqliteRow);
-
-/// A row read on the SQLite writer's own handle (`sqlite::writes`).
-impl Columns for rusqlite::Row<'_> {
-    fn text(&self, column: &str) -> Result<String> {
-        Ok(self.get(column)?)
-    }
-    fn opt_text(&self, column: &str) -> Result<Option<String>> {
-        Ok(self.get(column)?)
-    }
-    fn int(&self, column: &str) -> Result<i64> {
-        Ok(self.get(column)?)
-    }
-    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
-        Ok(self.get(column)?)
-    }
-    fn flag(&self, column: &str) -> Result<bool> {
-        Ok(self.get(column)?)
-    }
-}
+columns!(sqlx::postgres::PgRow, try_get);
+columns!(sqlx::sqlite::SqliteRow, try_get);
+// A row read on the SQLite writer's own handle (`sqlite::writes`).
+columns!(rusqlite::Row<'_>, get);
 
 /// A row's columns under a prefix: a joined table's, aliased `d_outcome`, …
 /// beside another table's `*` whose names they would clash with.

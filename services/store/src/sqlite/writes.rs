@@ -345,6 +345,20 @@ mod tests {
         assert_eq!(answer, 42);
     }
 
+    /// A writer whose database has a table `t (n INTEGER)`.
+    async fn writer_with_table() -> SqliteWriter {
+        let writer = writer().await;
+        writer
+            .run_sync(|conn| {
+                conn.unwrap()
+                    .execute_batch("CREATE TABLE t (n INTEGER)")
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+        writer
+    }
+
     async fn count(writer: &SqliteWriter) -> i64 {
         writer
             .run(|conn| {
@@ -363,15 +377,7 @@ mod tests {
     /// the next job's writes (which would commit it).
     #[tokio::test]
     async fn a_transaction_a_sync_job_leaves_open_is_rolled_back() {
-        let writer = writer().await;
-        writer
-            .run_sync(|conn| {
-                conn.unwrap()
-                    .execute_batch("CREATE TABLE t (n INTEGER)")
-                    .unwrap()
-            })
-            .await
-            .unwrap();
+        let writer = writer_with_table().await;
         writer
             .run_sync(|conn| {
                 conn.unwrap()
@@ -393,15 +399,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sync_job_that_panics_fails_its_caller_and_the_thread_serves_on() {
-        let writer = writer().await;
-        writer
-            .run_sync(|conn| {
-                conn.unwrap()
-                    .execute_batch("CREATE TABLE t (n INTEGER)")
-                    .unwrap()
-            })
-            .await
-            .unwrap();
+        let writer = writer_with_table().await;
         let panicked = writer
             .run_sync(|conn| {
                 let tx = conn.unwrap().transaction().unwrap();
@@ -420,15 +418,7 @@ mod tests {
     /// every job sent before it.
     #[tokio::test]
     async fn sync_and_async_jobs_run_in_the_order_they_came() {
-        let writer = writer().await;
-        writer
-            .run_sync(|conn| {
-                conn.unwrap()
-                    .execute_batch("CREATE TABLE t (n INTEGER)")
-                    .unwrap()
-            })
-            .await
-            .unwrap();
+        let writer = writer_with_table().await;
         let mut jobs: Vec<BoxFuture<'_, ()>> = Vec::new();
         let writer = &writer;
         for n in 0..60_i64 {
