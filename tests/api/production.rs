@@ -206,3 +206,63 @@ async fn the_sweeper_republishes_proposals_lost_by_a_redis_restarted_without_per
         "{worker_log}"
     );
 }
+
+/// The API answers no call before the fan-out knows where the event log ends.
+/// Read any later, that position could fall past a decision committed
+/// meanwhile, which the fan-out would then never publish: an AwaitDecision
+/// that had found its proposal still open waited out its deadline (1 api
+/// suite run in 4, session 11). Here the log's end cannot be read (its
+/// retention mark is locked) until the test lets go.
+#[tokio::test]
+async fn the_api_answers_no_call_before_the_fan_out_knows_where_the_log_ends() {
+    let db = Database::migrated().await;
+    let key = seed(&db.store().await).await;
+    let mut holder = db.superuser().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE event_retention IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (path, database_url) = (dir.path().to_owned(), db.app_url.clone());
+    let (redis, prefix) = (
+        env_url("COUNTERSIGN_TEST_REDIS_URL"),
+        random_name("cs-test-"),
+    );
+    let started = tokio::task::spawn_blocking(move || {
+        serve(
+            &path,
+            "api",
+            &Backend {
+                database_url: &database_url,
+                redis_url: Some(&redis),
+                redis_prefix: &prefix,
+            },
+        )
+    });
+    let server = tokio::time::timeout(Duration::from_secs(20), started)
+        .await
+        .expect("serve binds and announces its address with the log locked")
+        .unwrap();
+    let unknown = || countersign_proto::v1::GetProposalRequest {
+        id: "01KNOSUCHPROPOSAL0000000000".into(),
+    };
+
+    let early = tokio::time::timeout(Duration::from_millis(1500), async {
+        client(&server, &key).await.get_proposal(unknown()).await
+    })
+    .await;
+    assert!(
+        early.is_err(),
+        "a call was answered before the fan-out's start was known: {early:?}"
+    );
+
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        client(&server, &key).await.get_proposal(unknown()).await
+    })
+    .await
+    .expect("answered once the log's end is known");
+    assert_eq!(answered.unwrap_err().code(), tonic::Code::NotFound);
+}
