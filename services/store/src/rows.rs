@@ -51,6 +51,81 @@ columns!(sqlx::sqlite::SqliteRow, try_get);
 // A row read on the SQLite writer's own handle (`sqlite::writes`).
 columns!(rusqlite::Row<'_>, get);
 
+/// A row read on the SQLite writer's own handle and kept (rusqlite's rows
+/// borrow their statement): the column names it was read with, its values.
+pub(crate) struct OwnedRow {
+    columns: std::sync::Arc<[String]>,
+    values: Vec<rusqlite::types::Value>,
+}
+
+impl OwnedRow {
+    /// Every row of a statement whose parameters are bound.
+    pub(crate) fn all(statement: &mut rusqlite::CachedStatement<'_>) -> Result<Vec<OwnedRow>> {
+        let columns: std::sync::Arc<[String]> = statement
+            .column_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let mut rows = statement.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let values = (0..columns.len())
+                .map(|i| row.get::<_, rusqlite::types::Value>(i))
+                .collect::<rusqlite::Result<_>>()?;
+            out.push(OwnedRow {
+                columns: columns.clone(),
+                values,
+            });
+        }
+        Ok(out)
+    }
+
+    fn value(&self, column: &str) -> Result<&rusqlite::types::Value> {
+        self.columns
+            .iter()
+            .position(|c| c == column)
+            .map(|i| &self.values[i])
+            .ok_or_else(|| corrupt(format!("no column `{column}`")))
+    }
+
+    fn mistyped(column: &str, value: &rusqlite::types::Value) -> StoreError {
+        corrupt(format!(
+            "column `{column}`: {:?} is not the type stored there",
+            value.data_type()
+        ))
+    }
+}
+
+impl Columns for OwnedRow {
+    fn text(&self, column: &str) -> Result<String> {
+        self.opt_text(column)?
+            .ok_or_else(|| corrupt(format!("column `{column}` is NULL")))
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        use rusqlite::types::Value;
+        match self.value(column)? {
+            Value::Text(text) => Ok(Some(text.clone())),
+            Value::Null => Ok(None),
+            other => Err(Self::mistyped(column, other)),
+        }
+    }
+    fn int(&self, column: &str) -> Result<i64> {
+        self.opt_int(column)?
+            .ok_or_else(|| corrupt(format!("column `{column}` is NULL")))
+    }
+    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+        use rusqlite::types::Value;
+        match self.value(column)? {
+            Value::Integer(n) => Ok(Some(*n)),
+            Value::Null => Ok(None),
+            other => Err(Self::mistyped(column, other)),
+        }
+    }
+    fn flag(&self, column: &str) -> Result<bool> {
+        Ok(self.int(column)? != 0)
+    }
+}
+
 /// A row's columns under a prefix: a joined table's, aliased `d_outcome`, …
 /// beside another table's `*` whose names they would clash with.
 pub(crate) struct Prefixed<'r, R>(pub &'r R, pub &'static str);
@@ -225,5 +300,40 @@ pub(crate) fn checkpoint_from(tenant: &str, row: CheckpointRow) -> Checkpoint {
         signed_at,
         public_key,
         signature,
+    }
+}
+
+#[cfg(test)]
+mod owned_row_tests {
+    use super::*;
+
+    /// Facts are read into owned rows: a value of the wrong type, a NULL
+    /// where a value must be, or a missing column is an error for the
+    /// reviews that read it, never a default.
+    #[test]
+    fn an_owned_row_reads_its_columns_by_name_and_refuses_what_does_not_fit() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut statement = conn
+            .prepare_cached("SELECT 'a' AS t, NULL AS n, 7 AS i, 'x' AS word, 0 AS no")
+            .unwrap();
+        let rows = OwnedRow::all(&mut statement).unwrap();
+        let row = &rows[0];
+        assert_eq!(row.text("t").unwrap(), "a");
+        assert_eq!(row.opt_text("n").unwrap(), None);
+        assert_eq!(row.opt_int("n").unwrap(), None);
+        assert_eq!(row.int("i").unwrap(), 7);
+        assert!(row.flag("i").unwrap());
+        assert!(!row.flag("no").unwrap());
+        for refused in [
+            row.text("n").err(),
+            row.int("word").err(),
+            row.text("i").err(),
+            row.text("missing").err(),
+        ] {
+            assert!(
+                matches!(refused, Some(StoreError::Corrupt(_))),
+                "{refused:?}"
+            );
+        }
     }
 }

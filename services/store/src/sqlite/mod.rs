@@ -226,7 +226,10 @@ impl Store for SqliteStore {
     }
 
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        review::facts_many(&self.reader, proposals).await
+        let proposals = proposals.to_vec();
+        self.writer
+            .run_sync(move |conn| review::facts_here(conn?, &proposals))
+            .await?
     }
 
     async fn record_decisions(
