@@ -682,3 +682,58 @@ fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoin
     let (ok, _, err) = countersign(dir.path(), &offline, &[]);
     assert!(!ok && err.contains("signature"), "{err}");
 }
+
+/// The README exports a coordinator's key, then runs the auditor's commands
+/// with `--api-key-file auditor.key`: the flag given on the command line wins
+/// over the environment (it used to lose, and the auditor was refused).
+#[test]
+fn an_api_key_flag_beats_the_key_in_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let admin_file = dir.path().join("countersign-data/admin.key");
+    let admin_file = admin_file.to_str().unwrap();
+    let create = |role: &str| {
+        let (ok, key, err) = countersign(
+            dir.path(),
+            &[
+                "admin", "key", "create", "--tenant", "default", "--role", role, "--name", role,
+            ],
+            &[],
+        );
+        assert!(ok, "{err}");
+        key.trim().to_owned()
+    };
+    let coordinator = create("coordinator");
+    let auditor = create("auditor");
+    let auditor_file = dir.path().join("auditor.key");
+    std::fs::write(&auditor_file, &auditor).unwrap();
+    let env = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", coordinator.as_str()),
+    ];
+
+    let (ok, _, err) = countersign(dir.path(), &["decisions"], &env);
+    assert!(
+        !ok && err.contains("PERMISSION_DENIED"),
+        "the coordinator's key: {err}"
+    );
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &[
+            "decisions",
+            "--api-key-file",
+            auditor_file.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(ok, "--api-key-file beats COUNTERSIGN_API_KEY: {out}{err}");
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &["decisions", "--api-key", &auditor],
+        &[
+            ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+            ("COUNTERSIGN_API_KEY_FILE", admin_file),
+        ],
+    );
+    assert!(ok, "--api-key beats COUNTERSIGN_API_KEY_FILE: {out}{err}");
+}

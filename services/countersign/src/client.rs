@@ -1,6 +1,6 @@
 //! Client commands: talk to a running server through the generated client.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
@@ -27,15 +27,12 @@ pub struct ClientArgs {
     )]
     pub endpoint: String,
     /// The API key (prefer the environment or a file to the command line).
-    #[arg(
-        long,
-        env = "COUNTERSIGN_API_KEY",
-        hide_env_values = true,
-        global = true
-    )]
+    /// Without `--api-key` or `--api-key-file`: `COUNTERSIGN_API_KEY`, then
+    /// `COUNTERSIGN_API_KEY_FILE`. A flag always beats the environment.
+    #[arg(long, global = true)]
     pub api_key: Option<String>,
     /// A file holding the API key, such as `countersign-data/admin.key`.
-    #[arg(long, env = "COUNTERSIGN_API_KEY_FILE", global = true)]
+    #[arg(long, global = true)]
     pub api_key_file: Option<PathBuf>,
     /// Print JSON for scripts.
     #[arg(long, global = true)]
@@ -91,17 +88,30 @@ async fn await_decision(
     Ok(client.await_decision(request).await?.into_inner())
 }
 
+fn read_key(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
 impl ClientArgs {
+    /// The key to call with: a flag given on the command line first (an
+    /// exported coordinator key must not override `--api-key-file
+    /// auditor.key`), then the environment.
     fn api_key(&self) -> anyhow::Result<String> {
-        if let Some(key) = &self.api_key {
-            return Ok(key.trim().to_owned());
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let key = self
+            .api_key
+            .clone()
+            .map(Ok)
+            .or_else(|| self.api_key_file.as_deref().map(read_key));
+        let key = key
+            .or_else(|| from_env("COUNTERSIGN_API_KEY").map(Ok))
+            .or_else(|| from_env("COUNTERSIGN_API_KEY_FILE").map(|p| read_key(Path::new(&p))));
+        match key {
+            Some(key) => Ok(key?.trim().to_owned()),
+            None => anyhow::bail!(
+                "no API key: pass --api-key, --api-key-file or set COUNTERSIGN_API_KEY"
+            ),
         }
-        if let Some(path) = &self.api_key_file {
-            let key = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            return Ok(key.trim().to_owned());
-        }
-        anyhow::bail!("no API key: pass --api-key, --api-key-file or set COUNTERSIGN_API_KEY")
     }
 
     pub async fn channel(&self) -> anyhow::Result<(Channel, BearerAuth)> {
