@@ -105,7 +105,7 @@ impl Queue for EmbeddedQueue {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut rows: Vec<(i64, String, String, i64)> = self
             .writer
-            .run_sync(move |conn| {
+            .run(move |conn| {
                 let conn = conn.map_err(unavailable)?;
                 let rows = conn
                     .prepare_cached(FETCH)?
@@ -171,7 +171,7 @@ impl Queue for EmbeddedQueue {
             })
             .collect();
         self.writer
-            .run_sync(move |conn| {
+            .run(move |conn| {
                 let conn = conn.map_err(unavailable)?;
                 let mut delete = conn.prepare_cached(
                     "DELETE FROM queue_entries

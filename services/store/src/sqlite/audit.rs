@@ -28,9 +28,7 @@ pub async fn append(reader: &SqlitePool, writer: &SqliteWriter, limit: u32) -> R
             return Ok(0);
         };
         let appended = next.count;
-        let written = writer
-            .run_sync(move |conn| write_next(conn?, next))
-            .await??;
+        let written = writer.run(move |conn| write_next(conn?, next)).await??;
         if written {
             return Ok(appended);
         }

@@ -16,7 +16,7 @@ pub fn start(writer: SqliteWriter) -> Submitter {
         async move {
             // A group lost with the thread has no one to answer: its callers
             // hear that their submission was dropped, and nothing was written.
-            let _ = writer.run_sync(move |conn| commit(conn, group)).await;
+            let _ = writer.run(move |conn| commit(conn, group)).await;
         }
     })
 }

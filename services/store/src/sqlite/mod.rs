@@ -217,7 +217,7 @@ impl Store for SqliteStore {
         let items = items.to_vec();
         let (begun, events) = self
             .writer
-            .run_sync(move |conn| review::begin_many(conn?, &items))
+            .run(move |conn| review::begin_many(conn?, &items))
             .await??;
         for event in events {
             self.publish(Some(event));
@@ -228,7 +228,7 @@ impl Store for SqliteStore {
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
         let proposals = proposals.to_vec();
         self.writer
-            .run_sync(move |conn| review::facts_here(conn?, &proposals))
+            .run(move |conn| review::facts_here(conn?, &proposals))
             .await?
     }
 
@@ -238,7 +238,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<RecordOutcome>> {
         let (recorded, events) = self
             .writer
-            .run_sync(move |conn| review::record_many(conn?, items))
+            .run(move |conn| review::record_many(conn?, items))
             .await??;
         for event in events {
             self.publish(Some(event));

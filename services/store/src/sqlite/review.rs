@@ -269,8 +269,8 @@ pub fn facts_here(
             tx.prepare_cached(&candidates_query(tenant_wide, !clusters.is_empty()))?;
         // The query names ?4 (the clusters) only when there are clusters.
         let parameters: [rusqlite::types::Value; 4] = [
-            tenant.clone().into(),
-            targets.clone().into(),
+            tenant.into(),
+            targets.into(),
             (now - policy.parallel_window_ms).into(),
             json_array(&clusters).into(),
         ];

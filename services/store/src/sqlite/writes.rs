@@ -8,48 +8,36 @@
 //! jobs that follow each other do not give the connection back and take it
 //! again (the pool checks a returned connection: one more hand-off).
 //!
-//! Those jobs are synchronous ([`SqliteWriter::run_sync`]): they run their
+//! Those jobs are synchronous ([`SqliteWriter::run`]): they run their
 //! statements on this thread, on the writer's own SQLite handle, which sqlx
 //! lends out for the purpose (`lock_handle`), through `rusqlite`. No statement
 //! is handed to another thread, and a run of such jobs keeps its statements
 //! prepared. A review batch's facts are read here too, in a read transaction
 //! between writes: a few hundred microseconds of SQLite's work, against ~1.3 ms
-//! of hand-offs on a reader. The rest of the store keeps sqlx ([`SqliteWriter::run`], the
-//! pool). Measured on the 10,000 × 32 benchmark: 1,800–2,160 → 2,280–2,450
+//! of hand-offs on a reader. The rest of the store keeps sqlx, through the
+//! pool. Measured on the 10,000 × 32 benchmark: 1,800–2,160 → 2,280–2,450
 //! decisions/s with the thread (session 11); the synchronous jobs took the
 //! writer's time per decision from about 0.31 to 0.24 ms (session 12).
 
-use std::{future::Future, panic::AssertUnwindSafe, pin::Pin};
-
-use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 
 use sqlx::{SqliteConnection, SqlitePool, pool::PoolConnection};
 use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument;
-
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The writer connection a job is given, or why it could not be had.
-pub type Connection<'c> = Result<&'c mut SqliteConnection, sqlx::Error>;
-
-/// A job's work; `false` if it panicked (the connection is then given back to
-/// the pool, which rolls back whatever it left open).
-type Job = Box<dyn for<'c> FnOnce(Connection<'c>) -> BoxFuture<'c, bool> + Send>;
 
 /// How many jobs in a row may keep the writer before it goes back to the pool
-/// (the writers that do not run here, such as the audit sequencer, get their
+/// (the writers that do not run here, such as the admin writes, get their
 /// turn at least this often; they also get it whenever no job waits).
 const HOLD_AT_MOST: usize = 32;
 
-/// How long a run of synchronous jobs keeps the handle locked waiting for the
-/// next one (a review batch's jobs come a millisecond or two apart).
+/// How long a run of jobs keeps the handle locked waiting for the next one (a
+/// review batch's jobs come a millisecond or two apart).
 const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The single writer connection and the thread its hot paths run on.
 #[derive(Debug, Clone)]
 pub struct SqliteWriter {
     pool: SqlitePool,
-    jobs: mpsc::UnboundedSender<Work>,
+    jobs: mpsc::UnboundedSender<Job>,
 }
 
 /// A job got no answer: it panicked (the thread serves on), or the thread is
@@ -64,28 +52,21 @@ pub struct WriteThreadStopped;
 pub type Handle<'c> = Result<&'c mut rusqlite::Connection, crate::StoreError>;
 
 /// A job on the handle; `false` if it panicked.
-type SyncJob = Box<dyn for<'c> FnOnce(Handle<'c>) -> bool + Send>;
-
-enum Work {
-    Async(Job),
-    Sync(SyncJob),
-}
+type Job = Box<dyn for<'c> FnOnce(Handle<'c>) -> bool + Send>;
 
 /// Runs the jobs one after another, on one acquisition of the writer while
 /// they keep coming: taking the connection from the pool and giving it back
 /// are hand-offs of their own (the pool checks a returned connection).
-async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Work>) {
+async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut held: Option<PoolConnection<sqlx::Sqlite>> = None;
     let mut in_a_row = 0;
-    // A job taken while a run of synchronous jobs was being served.
-    let mut next: Option<Work> = None;
     loop {
-        let work = match next.take().map_or_else(|| jobs.try_recv(), Ok) {
-            Ok(work) => work,
+        let job = match jobs.try_recv() {
+            Ok(job) => job,
             Err(mpsc::error::TryRecvError::Empty) => {
                 held = None;
                 match jobs.recv().await {
-                    Some(work) => work,
+                    Some(job) => job,
                     None => return,
                 }
             }
@@ -94,43 +75,33 @@ async fn serve(pool: SqlitePool, mut jobs: mpsc::UnboundedReceiver<Work>) {
         if in_a_row >= HOLD_AT_MOST {
             held = None;
         }
-        if held.is_none() {
-            in_a_row = 0;
-            match pool.acquire().await {
-                Ok(conn) => held = Some(conn),
+        let conn = match &mut held {
+            Some(conn) => conn,
+            None => match pool.acquire().await {
+                Ok(conn) => {
+                    in_a_row = 0;
+                    held.insert(conn)
+                }
                 Err(error) => {
-                    match work {
-                        Work::Async(job) => {
-                            let _ = job(Err(error)).await;
-                        }
-                        Work::Sync(job) => {
-                            let _ = job(Err(error.into()));
-                        }
-                    }
+                    job(Err(error.into()));
                     continue;
                 }
-            }
-        }
-        in_a_row += 1;
-        let conn = held.as_mut().expect("held above");
-        let clean = match work {
-            Work::Async(job) => job(Ok(&mut **conn)).await,
-            Work::Sync(job) => serve_sync(conn, job, &mut jobs, &mut next, &mut in_a_row).await,
+            },
         };
-        if !clean {
+        in_a_row += 1;
+        if !serve_run(conn, job, &mut jobs, &mut in_a_row).await {
             held = None;
         }
     }
 }
 
-/// Runs `first` and the synchronous jobs queued right behind it on the
-/// writer's handle, locked out of sqlx's connection thread for the run; the
-/// first other job is left in `next`. `false` if a job panicked.
-async fn serve_sync(
-    conn: &mut sqlx::SqliteConnection,
-    first: SyncJob,
-    jobs: &mut mpsc::UnboundedReceiver<Work>,
-    next: &mut Option<Work>,
+/// Runs `first` and the jobs queued right behind it on the writer's handle,
+/// locked out of sqlx's connection thread for the run. `false` if a job
+/// panicked (the connection then goes back to the pool).
+async fn serve_run(
+    conn: &mut SqliteConnection,
+    first: Job,
+    jobs: &mut mpsc::UnboundedReceiver<Job>,
     in_a_row: &mut usize,
 ) -> bool {
     let mut locked = match conn.lock_handle().await {
@@ -164,7 +135,7 @@ async fn serve_sync(
         // The next job, waiting a little for it: a run keeps the handle's
         // statements prepared, which a new run prepares again.
         let following = match jobs.try_recv() {
-            Ok(work) => Some(work),
+            Ok(job) => Some(job),
             Err(mpsc::error::TryRecvError::Empty) => tokio::time::timeout(LINGER, jobs.recv())
                 .await
                 .ok()
@@ -172,13 +143,9 @@ async fn serve_sync(
             Err(mpsc::error::TryRecvError::Disconnected) => None,
         };
         match following {
-            Some(Work::Sync(following)) => {
+            Some(following) => {
                 *in_a_row += 1;
                 job = following;
-            }
-            Some(other) => {
-                *next = Some(other);
-                break true;
             }
             None => break true,
         }
@@ -191,7 +158,7 @@ async fn serve_sync(
 impl SqliteWriter {
     /// Starts the thread; it ends once every handle to it is gone.
     pub(crate) fn start(pool: SqlitePool) -> std::io::Result<Self> {
-        let (jobs, rx) = mpsc::unbounded_channel::<Work>();
+        let (jobs, rx) = mpsc::unbounded_channel::<Job>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -202,56 +169,24 @@ impl SqliteWriter {
         Ok(SqliteWriter { pool, jobs })
     }
 
-    /// The writer pool (one connection).
+    /// The writer pool (one connection), for the writes that do not run here.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
-    /// Runs `job` on the write thread with the writer connection (jobs run one
-    /// at a time, in the order they came), in the caller's span, and answers
-    /// with its output. A job that panics answers [`WriteThreadStopped`] too,
-    /// and the thread serves on.
-    pub async fn run<T, F>(&self, job: F) -> Result<T, WriteThreadStopped>
-    where
-        T: Send + 'static,
-        F: for<'c> FnOnce(Connection<'c>) -> BoxFuture<'c, T> + Send + 'static,
-    {
-        let (reply, answer) = oneshot::channel();
-        let span = tracing::Span::current();
-        let job: Job = Box::new(move |conn| {
-            Box::pin(
-                async move {
-                    // A panic ends this job only: the thread keeps serving.
-                    match AssertUnwindSafe(job(conn)).catch_unwind().await {
-                        Ok(done) => {
-                            let _ = reply.send(done);
-                            true
-                        }
-                        Err(_) => false,
-                    }
-                }
-                .instrument(span),
-            )
-        });
-        self.jobs
-            .send(Work::Async(job))
-            .map_err(|_| WriteThreadStopped)?;
-        answer.await.map_err(|_| WriteThreadStopped)
-    }
-
     /// Runs `job` on the write thread itself, with the writer's own SQLite
-    /// handle: its statements are not handed to another thread one by one.
-    /// Jobs run one at a time with the others, in the order they came; a
+    /// handle, in the caller's span: its statements are not handed to another
+    /// thread one by one. Jobs run one at a time, in the order they came; a
     /// transaction the job leaves open is rolled back; a job that panics
     /// answers [`WriteThreadStopped`] and the thread serves on.
-    pub async fn run_sync<T, F>(&self, job: F) -> Result<T, WriteThreadStopped>
+    pub async fn run<T, F>(&self, job: F) -> Result<T, WriteThreadStopped>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(Handle<'c>) -> T + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let span = tracing::Span::current();
-        let job: SyncJob = Box::new(move |conn| {
+        let job: Job = Box::new(move |conn| {
             let _in_span = span.enter();
             match std::panic::catch_unwind(AssertUnwindSafe(|| job(conn))) {
                 Ok(done) => {
@@ -261,9 +196,7 @@ impl SqliteWriter {
                 Err(_) => false,
             }
         });
-        self.jobs
-            .send(Work::Sync(job))
-            .map_err(|_| WriteThreadStopped)?;
+        self.jobs.send(job).map_err(|_| WriteThreadStopped)?;
         answer.await.map_err(|_| WriteThreadStopped)
     }
 }
@@ -284,19 +217,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_job_runs_on_the_write_thread_with_the_writer_connection() {
+    async fn a_job_runs_on_the_write_thread_with_the_writers_own_handle() {
         let writer = writer().await;
         let caller = std::thread::current().id();
         let (thread, name, answer) = writer
             .run(|conn| {
-                Box::pin(async move {
-                    let current = std::thread::current();
-                    let answer: i64 = sqlx::query_scalar("SELECT 41 + 1")
-                        .fetch_one(conn.unwrap())
-                        .await
-                        .unwrap();
-                    (current.id(), current.name().map(str::to_owned), answer)
-                })
+                let answer: i64 = conn
+                    .unwrap()
+                    .query_row("SELECT 41 + 1", [], |r| r.get(0))
+                    .unwrap();
+                let current = std::thread::current();
+                (current.id(), current.name().map(str::to_owned), answer)
             })
             .await
             .unwrap();
@@ -305,53 +236,11 @@ mod tests {
         assert_eq!(answer, 42);
     }
 
-    /// A panicking job fails only its caller (who hears `Unavailable`, never
-    /// a result); the thread goes on serving the next.
-    #[tokio::test]
-    async fn a_job_that_panics_fails_its_caller_and_the_thread_serves_on() {
-        let writer = writer().await;
-        let panicked = writer
-            .run(|_| {
-                Box::pin(async {
-                    if std::hint::black_box(true) {
-                        panic!("a job panicked");
-                    }
-                    1
-                })
-            })
-            .await;
-        assert!(matches!(panicked, Err(WriteThreadStopped)));
-        let answer = writer
-            .run(|conn| Box::pin(async move { conn.is_ok() }))
-            .await
-            .unwrap();
-        assert!(answer);
-        let error: crate::StoreError = WriteThreadStopped.into();
-        assert!(matches!(error, crate::StoreError::Unavailable(_)));
-    }
-
-    #[tokio::test]
-    async fn a_sync_job_runs_on_the_write_thread_with_the_writers_own_handle() {
-        let writer = writer().await;
-        let (name, answer) = writer
-            .run_sync(|conn| {
-                let answer: i64 = conn
-                    .unwrap()
-                    .query_row("SELECT 41 + 1", [], |r| r.get(0))
-                    .unwrap();
-                (std::thread::current().name().map(str::to_owned), answer)
-            })
-            .await
-            .unwrap();
-        assert_eq!(name.as_deref(), Some("countersign-sqlite-writes"));
-        assert_eq!(answer, 42);
-    }
-
     /// A writer whose database has a table `t (n INTEGER)`.
     async fn writer_with_table() -> SqliteWriter {
         let writer = writer().await;
         writer
-            .run_sync(|conn| {
+            .run(|conn| {
                 conn.unwrap()
                     .execute_batch("CREATE TABLE t (n INTEGER)")
                     .unwrap()
@@ -361,16 +250,10 @@ mod tests {
         writer
     }
 
+    /// The rows of `t` as sqlx's side of the connection (the pool) sees them.
     async fn count(writer: &SqliteWriter) -> i64 {
-        writer
-            .run(|conn| {
-                Box::pin(async move {
-                    sqlx::query_scalar("SELECT COUNT(*) FROM t")
-                        .fetch_one(conn.unwrap())
-                        .await
-                        .unwrap()
-                })
-            })
+        sqlx::query_scalar("SELECT COUNT(*) FROM t")
+            .fetch_one(writer.pool())
             .await
             .unwrap()
     }
@@ -378,10 +261,10 @@ mod tests {
     /// What a job leaves uncommitted is never seen, and never carried into
     /// the next job's writes (which would commit it).
     #[tokio::test]
-    async fn a_transaction_a_sync_job_leaves_open_is_rolled_back() {
+    async fn a_transaction_a_job_leaves_open_is_rolled_back() {
         let writer = writer_with_table().await;
         writer
-            .run_sync(|conn| {
+            .run(|conn| {
                 conn.unwrap()
                     .execute_batch("BEGIN; INSERT INTO t VALUES (1);")
                     .unwrap()
@@ -389,7 +272,7 @@ mod tests {
             .await
             .unwrap();
         writer
-            .run_sync(|conn| {
+            .run(|conn| {
                 conn.unwrap()
                     .execute("INSERT INTO t VALUES (2)", [])
                     .unwrap()
@@ -399,11 +282,13 @@ mod tests {
         assert_eq!(count(&writer).await, 1, "only the second job's row");
     }
 
+    /// A panicking job fails only its caller (who hears `Unavailable`, never
+    /// a result) and leaves nothing written; the thread serves on.
     #[tokio::test]
-    async fn a_sync_job_that_panics_fails_its_caller_and_the_thread_serves_on() {
+    async fn a_job_that_panics_fails_its_caller_and_the_thread_serves_on() {
         let writer = writer_with_table().await;
         let panicked = writer
-            .run_sync(|conn| {
+            .run(|conn| {
                 let tx = conn.unwrap().transaction().unwrap();
                 tx.execute("INSERT INTO t VALUES (1)", []).unwrap();
                 if std::hint::black_box(true) {
@@ -414,48 +299,31 @@ mod tests {
             .await;
         assert!(matches!(panicked, Err(WriteThreadStopped)));
         assert_eq!(count(&writer).await, 0, "the panicked job's insert is gone");
+        let answer = writer.run(|conn| conn.is_ok()).await.unwrap();
+        assert!(answer);
+        let error: crate::StoreError = WriteThreadStopped.into();
+        assert!(matches!(error, crate::StoreError::Unavailable(_)));
     }
 
-    /// Synchronous and asynchronous jobs share one queue: each runs after
-    /// every job sent before it.
+    /// Each job runs after every job sent before it.
     #[tokio::test]
-    async fn sync_and_async_jobs_run_in_the_order_they_came() {
+    async fn jobs_run_in_the_order_they_came() {
         let writer = writer_with_table().await;
-        let mut jobs: Vec<BoxFuture<'_, ()>> = Vec::new();
         let writer = &writer;
-        for n in 0..60_i64 {
-            if n % 3 == 0 {
-                jobs.push(Box::pin(async move {
-                    writer
-                        .run(move |conn| {
-                            Box::pin(async move {
-                                sqlx::query("INSERT INTO t VALUES (?)")
-                                    .bind(n)
-                                    .execute(conn.unwrap())
-                                    .await
-                                    .unwrap();
-                            })
-                        })
-                        .await
-                        .unwrap()
-                }));
-            } else {
-                jobs.push(Box::pin(async move {
-                    writer
-                        .run_sync(move |conn| {
-                            conn.unwrap()
-                                .execute("INSERT INTO t VALUES (?)", [n])
-                                .unwrap();
-                        })
-                        .await
-                        .unwrap()
-                }));
-            }
-        }
+        let jobs = (0..60_i64).map(|n| async move {
+            writer
+                .run(move |conn| {
+                    conn.unwrap()
+                        .execute("INSERT INTO t VALUES (?)", [n])
+                        .unwrap();
+                })
+                .await
+                .unwrap()
+        });
         // `join_all` polls them in order: each is sent at its first poll.
         futures::future::join_all(jobs).await;
         let order: Vec<i64> = writer
-            .run_sync(|conn| {
+            .run(|conn| {
                 let conn = conn.unwrap();
                 let mut statement = conn.prepare("SELECT n FROM t ORDER BY rowid").unwrap();
                 statement
