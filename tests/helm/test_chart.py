@@ -49,6 +49,7 @@ TOML_KEYS = {
     "database.pool",
     "redis.prefix",
     "review.workers",
+    "review.express_workers",
     "review.deadline",
     "review.attempts",
     "review.lease",
@@ -478,7 +479,14 @@ class TheConfigFile(RenderedScenarios):
         self.assertEqual(config["database"]["pool"], 32)
         self.assertEqual(config["redis"]["prefix"], "countersign-prod")
         self.assertEqual(
-            config["review"], {"workers": 8, "deadline": "90s", "attempts": 5, "lease": "45s"}
+            config["review"],
+            {
+                "workers": 8,
+                "express_workers": 2,
+                "deadline": "90s",
+                "attempts": 5,
+                "lease": "45s",
+            },
         )
         self.assertEqual(config["shutdown"]["grace"], "1m")
 
@@ -487,6 +495,10 @@ class TheConfigFile(RenderedScenarios):
             ({"config": {"review": {"deadline": "soon"}}}, "/config/review/deadline"),
             ({"config": {"log": {"format": "xml"}}}, "/config/log/format"),
             ({"config": {"database": {"pool": 0}}}, "/config/database/pool"),
+            (
+                {"config": {"review": {"express_workers": -1}}},
+                "/config/review/express_workers",
+            ),
             ({"config": {"reveiw": {"workers": 2}}}, "'reveiw' not allowed"),
             ({"config": {"shutdown": {"grace": "1h"}}}, "/config/shutdown/grace"),
         ]

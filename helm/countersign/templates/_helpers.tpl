@@ -129,6 +129,14 @@ Takes (dict "env" "COUNTERSIGN_DATABASE_URL" "secret" NAME "key" KEY "field" "da
 {{- int .value }}
 {{- end }}
 
+{{/* A whole number (0 or more) of countersign.toml; fails naming the key otherwise. */}}
+{{- define "countersign.wholeNumber" -}}
+{{- if not (and (or (kindIs "float64" .value) (kindIs "int" .value) (kindIs "int64" .value)) (ge (int .value) 0) (eq (float64 (int .value)) (float64 .value))) }}
+{{- fail (printf "%s: expected a whole number of at least 0, got %v" .field .value) }}
+{{- end }}
+{{- int .value }}
+{{- end }}
+
 {{/* Checks that span several values; included by the ConfigMap. */}}
 {{- define "countersign.validate" -}}
 {{- $grace := include "countersign.graceSeconds" . | int }}

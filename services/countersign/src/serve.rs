@@ -25,6 +25,7 @@ fn reviewer_config(config: &Config) -> ReviewerConfig {
         lease: config.review.lease,
         max_attempts: config.review.attempts,
         review_deadline: config.review.deadline,
+        express_workers: config.review.express_workers,
         ..ReviewerConfig::with_workers(config.review.workers.unwrap_or(cores))
     }
 }

@@ -67,6 +67,16 @@ pub trait Queue: Send + Sync + 'static {
     /// Leases up to `max` ready entries to `worker` for `lease`, interleaving
     /// tenants so one that floods cannot starve the others.
     async fn fetch(&self, worker: &str, max: usize, lease: Duration) -> Result<Vec<Lease>>;
+    /// [`Queue::fetch`] from only the tenants none of whose entries is leased
+    /// now: tenants nobody is reviewing. The express reviewers' fetch, so that
+    /// a tenant with a proposal or two is not held behind the batches of one
+    /// with a backlog (which keeps every other worker busy).
+    async fn fetch_idle_tenants(
+        &self,
+        worker: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Lease>>;
     /// Extends a lease still held; false if it was lost.
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool>;
     /// Done: the entry goes.

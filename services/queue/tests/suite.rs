@@ -166,6 +166,51 @@ pub async fn tenants_take_turns_so_a_flood_cannot_starve_a_trickle(queue: DynQue
     assert!(leases.iter().any(|l| l.proposal_id == quiet), "{leases:?}");
 }
 
+pub async fn an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing(queue: DynQueue) {
+    let ids = |leases: &[countersign_queue::Lease]| -> Vec<String> {
+        leases.iter().map(|l| l.proposal_id.clone()).collect()
+    };
+    let first = enqueue(&*queue, "busy").await;
+    let second = enqueue(&*queue, "busy").await;
+    let held = fetch(&*queue, "shared", 1, LONG).await;
+    assert_eq!(ids(&held), [first], "the oldest entry of the only tenant");
+    let quiet = enqueue(&*queue, "quiet").await;
+
+    let express = queue.fetch_idle_tenants("express", 10, LONG).await.unwrap();
+    assert_eq!(
+        ids(&express),
+        [quiet],
+        "a tenant under review is skipped, however much it has waiting"
+    );
+    assert!(
+        queue
+            .fetch_idle_tenants("express", 10, LONG)
+            .await
+            .unwrap()
+            .is_empty(),
+        "both tenants are under review now"
+    );
+
+    queue.ack(&held[0]).await.unwrap();
+    let short = queue
+        .fetch_idle_tenants("express", 10, SHORT)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&short),
+        std::slice::from_ref(&second),
+        "busy is idle once acked"
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    let again = queue.fetch_idle_tenants("express", 10, LONG).await.unwrap();
+    assert_eq!(
+        ids(&again),
+        [second],
+        "a lease that ran out is nobody's review"
+    );
+    assert_eq!(again[0].attempts, 2);
+}
+
 pub async fn enqueue_is_idempotent_per_proposal(queue: DynQueue) {
     let id = enqueue(&*queue, "a").await;
     queue.enqueue("a", &id).await.unwrap();
@@ -294,6 +339,7 @@ both_backends!(
     a_released_entry_comes_back_after_its_delay_with_its_attempts_counted,
     a_dead_lettered_entry_is_never_handed_out_again,
     tenants_take_turns_so_a_flood_cannot_starve_a_trickle,
+    an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing,
     enqueue_is_idempotent_per_proposal,
     depth_counts_ready_leased_and_released_entries_until_they_go,
     concurrent_workers_never_hold_the_same_entry,

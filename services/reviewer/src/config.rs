@@ -12,6 +12,10 @@ pub struct ReviewerConfig {
     /// Names workers `NAME/0`, `NAME/1`, … (and shows up as the decision's reviewer).
     pub name: String,
     pub workers: usize,
+    /// Express workers besides `workers`: they take only tenants nobody is
+    /// reviewing ([`countersign_queue::Queue::fetch_idle_tenants`]), so a
+    /// tenant's first proposal is not held behind another tenant's backlog.
+    pub express_workers: usize,
     /// Entries leased per fetch.
     pub batch: usize,
     /// How long a worker holds an entry before another may take it.
@@ -35,6 +39,7 @@ impl ReviewerConfig {
         ReviewerConfig {
             name: "reviewer".to_owned(),
             workers,
+            express_workers: 1,
             batch: 16,
             lease: Duration::from_secs(30),
             max_attempts: 3,
@@ -52,6 +57,7 @@ impl std::fmt::Debug for ReviewerConfig {
         f.debug_struct("ReviewerConfig")
             .field("name", &self.name)
             .field("workers", &self.workers)
+            .field("express_workers", &self.express_workers)
             .field("batch", &self.batch)
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)

@@ -21,6 +21,7 @@ pub use config::{Evaluator, ReviewerConfig};
 pub use outbox::{OutboxConfig, OutboxTasks, Publisher, Sweeper};
 pub use sequencer::Sequencer;
 pub use wake::{announce_enqueued, relay_enqueued};
+pub use worker::Lane;
 
 /// A running pool of workers and its janitor.
 pub struct Reviewers {
@@ -29,22 +30,27 @@ pub struct Reviewers {
 }
 
 impl Reviewers {
-    /// Starts `config.workers` workers and one janitor.
+    /// Starts `config.workers` shared and `config.express_workers` express
+    /// workers, and one janitor.
     pub fn start(store: DynStore, queue: DynQueue, config: ReviewerConfig) -> Reviewers {
         let (stop, stopped) = watch::channel(false);
         let config = Arc::new(config);
         let mut tasks = JoinSet::new();
         let host = config.name.clone();
-        for n in 0..config.workers {
+        let shared = (0..config.workers).map(|n| (format!("{host}/{n}"), Lane::Shared));
+        let express =
+            (0..config.express_workers).map(|n| (format!("{host}/express/{n}"), Lane::Express));
+        for (id, lane) in shared.chain(express) {
             let worker = worker::Worker {
-                id: format!("{host}/{n}"),
+                id,
+                lane,
                 store: store.clone(),
                 queue: queue.clone(),
                 config: config.clone(),
             };
             tasks.spawn(worker.run(stopped.clone()));
         }
-        if config.workers > 0 {
+        if config.workers + config.express_workers > 0 {
             let sequencer = Sequencer {
                 store: store.clone(),
                 every: config.janitor_every,

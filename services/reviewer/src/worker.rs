@@ -17,8 +17,18 @@ use tokio::sync::{broadcast, watch};
 
 use crate::{ReviewerConfig, trace_context};
 
+/// Which entries a worker leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Any tenant's, in turns ([`countersign_queue::Queue::fetch`]).
+    Shared,
+    /// Only tenants nobody is reviewing ([`countersign_queue::Queue::fetch_idle_tenants`]).
+    Express,
+}
+
 pub struct Worker {
     pub id: String,
+    pub lane: Lane,
     pub store: DynStore,
     pub queue: DynQueue,
     pub config: Arc<ReviewerConfig>,
@@ -106,11 +116,12 @@ impl Worker {
             if let Some(enqueued) = &mut enqueued {
                 enqueued.borrow_and_update();
             }
-            let leases = match self
-                .queue
-                .fetch(&self.id, self.config.batch, self.config.lease)
-                .await
-            {
+            let (batch, lease) = (self.config.batch, self.config.lease);
+            let fetched = match self.lane {
+                Lane::Shared => self.queue.fetch(&self.id, batch, lease).await,
+                Lane::Express => self.queue.fetch_idle_tenants(&self.id, batch, lease).await,
+            };
+            let leases = match fetched {
                 Ok(leases) => leases,
                 Err(error) => {
                     tracing::warn!(worker = %self.id, %error, "queue fetch failed");

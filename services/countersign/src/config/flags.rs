@@ -44,6 +44,9 @@ pub struct ServeArgs {
     /// review.workers: reviewer workers in this process (default one per core).
     #[arg(long)]
     pub reviewers: Option<String>,
+    /// review.express_workers: workers that take only tenants nobody is reviewing (default 1).
+    #[arg(long)]
+    pub express_reviewers: Option<String>,
     /// review.deadline: from REVIEWING to decision; past it TIMED_OUT.
     #[arg(long)]
     pub review_deadline: Option<String>,
@@ -101,7 +104,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The flags given, as (flag, key, value).
     pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
-        let all: [(&'static str, &'static str, &Option<String>); 28] = [
+        let all: [(&'static str, &'static str, &Option<String>); 29] = [
             ("--listen", "listen", &self.listen),
             ("--role", "role", &self.role),
             ("--data-dir", "data_dir", &self.data_dir),
@@ -113,6 +116,11 @@ impl ServeArgs {
             ("--redis-url", "redis.url", &self.redis_url),
             ("--redis-prefix", "redis.prefix", &self.redis_prefix),
             ("--reviewers", "review.workers", &self.reviewers),
+            (
+                "--express-reviewers",
+                "review.express_workers",
+                &self.express_reviewers,
+            ),
             (
                 "--review-deadline",
                 "review.deadline",

@@ -109,6 +109,9 @@ pub struct RedisSection {
 pub struct ReviewSection {
     /// Reviewer workers in this process (unset: one per core).
     pub workers: Option<usize>,
+    /// Express workers besides them, which take only tenants nobody is
+    /// reviewing (0: none).
+    pub express_workers: usize,
     /// From REVIEWING to decision; past it a proposal is TIMED_OUT.
     #[serde(with = "duration")]
     pub deadline: Duration,
@@ -231,6 +234,7 @@ impl Default for ReviewSection {
     fn default() -> Self {
         ReviewSection {
             workers: None,
+            express_workers: 1,
             deadline: secs(60),
             attempts: 3,
             lease: secs(30),

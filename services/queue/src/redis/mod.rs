@@ -161,6 +161,35 @@ impl RedisQueue {
         call
     }
 
+    /// One call of the fetch script; `idle_only` skips every tenant with a
+    /// live lease.
+    async fn fetch_from(
+        &self,
+        worker: &str,
+        max: usize,
+        lease: Duration,
+        idle_only: bool,
+    ) -> Result<Vec<Lease>> {
+        let mut call = self.call(&SCRIPTS.fetch);
+        call.arg(worker)
+            .arg(max)
+            .arg(ms(lease))
+            .arg(if idle_only { "1" } else { "0" });
+        let (expires_at, entries): (i64, Vec<(String, String, String, u32)>) =
+            call.invoke_async(&mut self.conn()).await?;
+        Ok(entries
+            .into_iter()
+            .map(|(tenant, entry_id, proposal_id, delivered)| Lease {
+                entry_id,
+                tenant,
+                proposal_id,
+                attempts: delivered,
+                token: token::token(worker, delivered),
+                expires_at,
+            })
+            .collect())
+    }
+
     /// The script call for one held lease: tenant, entry, consumer, delivery count.
     fn call_for<'a>(
         &'a self,
@@ -191,21 +220,17 @@ impl Queue for RedisQueue {
 
     #[tracing::instrument(name = "queue.redis.fetch", skip(self, lease))]
     async fn fetch(&self, worker: &str, max: usize, lease: Duration) -> Result<Vec<Lease>> {
-        let mut call = self.call(&SCRIPTS.fetch);
-        call.arg(worker).arg(max).arg(ms(lease));
-        let (expires_at, entries): (i64, Vec<(String, String, String, u32)>) =
-            call.invoke_async(&mut self.conn()).await?;
-        Ok(entries
-            .into_iter()
-            .map(|(tenant, entry_id, proposal_id, delivered)| Lease {
-                entry_id,
-                tenant,
-                proposal_id,
-                attempts: delivered,
-                token: token::token(worker, delivered),
-                expires_at,
-            })
-            .collect())
+        self.fetch_from(worker, max, lease, false).await
+    }
+
+    #[tracing::instrument(name = "queue.redis.fetch_idle_tenants", skip(self, lease))]
+    async fn fetch_idle_tenants(
+        &self,
+        worker: &str,
+        max: usize,
+        lease: Duration,
+    ) -> Result<Vec<Lease>> {
+        self.fetch_from(worker, max, lease, true).await
     }
 
     #[tracing::instrument(name = "queue.redis.extend", skip_all, fields(entry = %lease.entry_id))]

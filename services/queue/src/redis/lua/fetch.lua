@@ -1,4 +1,5 @@
--- ARGV: worker, max, lease (ms).
+-- ARGV: worker, max, lease (ms), idle_only ('1': only tenants none of whose
+-- entries is leased now, the express reviewers' fetch).
 -- Returns {expires_at, {{tenant, id, proposal, delivered}, ...}}.
 --
 -- Fair across tenants: a round visits every tenant with entries, starting one
@@ -7,6 +8,7 @@
 -- still gave one. Within a tenant, entries whose lease ran out or whose
 -- release delay is over come first, then new ones.
 local worker, max, lease_ms = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local idle_only = ARGV[6] == '1'
 if worker == PARKED then
   return redis.error_reply('the consumer name ' .. PARKED .. ' is reserved')
 end
@@ -41,6 +43,10 @@ local function claim_due(t, zset, k)
 end
 
 local function take(t, k)
+  -- A lease that ran out is nobody's review: only live ones make a tenant busy.
+  if idle_only and redis.call('ZCOUNT', leased_key(t), '(' .. now, '+inf') > 0 then
+    return 0
+  end
   local got = claim_due(t, parked_key(t), k)
   got = got + claim_due(t, leased_key(t), k - got)
   if got < k then
