@@ -53,6 +53,51 @@ async fn a_flooding_tenant_cannot_starve_one_that_enqueues_after_it() {
     assert_eq!(rest.len(), 16);
 }
 
+/// The publisher's batch: one script call enqueues every pair, in order within
+/// each tenant, skips a proposal queued already, and counts the batch.
+#[tokio::test]
+async fn enqueue_all_queues_a_batch_across_tenants_once_each_in_one_call() {
+    let queue = redis_queue().await;
+    let earlier = enqueue(&queue, "a").await;
+    let keys = [
+        ("a", "a-1"),
+        ("b", "b-1"),
+        ("a", "a-2"),
+        ("a", earlier.as_str()),
+        ("b", "b-2"),
+        ("b", "b-1"),
+    ];
+    let (done, result) = queue.enqueue_all(&keys).await;
+    result.unwrap();
+    assert_eq!(done, keys.len());
+    let mut depths: Vec<(String, u64)> = queue
+        .depth_by_tenant()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.tenant, d.depth))
+        .collect();
+    depths.sort();
+    assert_eq!(depths, [("a".to_owned(), 3), ("b".to_owned(), 2)]);
+    let leased: Vec<(String, String)> = fetch(&queue, "w", 10, LONG)
+        .await
+        .into_iter()
+        .map(|l| (l.tenant, l.proposal_id))
+        .collect();
+    for (tenant, order) in [
+        ("a", vec![earlier.as_str(), "a-1", "a-2"]),
+        ("b", vec!["b-1", "b-2"]),
+    ] {
+        let got: Vec<&str> = leased
+            .iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, id)| id.as_str())
+            .collect();
+        assert_eq!(got, order, "{tenant}: {leased:?}");
+    }
+    assert_eq!(queue.enqueue_all(&[]).await.0, 0);
+}
+
 #[tokio::test]
 async fn fetches_of_one_rotate_through_the_tenants_with_work() {
     let queue = redis_queue().await;

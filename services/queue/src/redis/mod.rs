@@ -112,30 +112,30 @@ impl RedisQueue {
         &self.options
     }
 
-    /// Enqueues entries in order and wakes this process's idle workers once,
-    /// after the last (or the first failure): woken at the first of many,
-    /// they would lease the batch one entry at a time. Returns how many went
-    /// in before a failure, and the failure.
+    /// Enqueues entries in order, in one script call (one round trip, however
+    /// many), and wakes this process's idle workers once, after: woken at the
+    /// first of many, they would lease the batch one entry at a time. Returns
+    /// how many went in (all or, on a failure, none counted: a failed call's
+    /// entries are enqueued again, which is idempotent), and the failure.
     pub async fn enqueue_all(&self, keys: &[(&str, &str)]) -> (usize, Result<()>) {
-        let mut done = 0;
-        let mut result = Ok(());
-        for (tenant, proposal_id) in keys {
-            if let Err(error) = self.enqueue_quietly(tenant, proposal_id).await {
-                result = Err(error);
-                break;
+        if keys.is_empty() {
+            return (0, Ok(()));
+        }
+        match self.enqueue_quietly(keys).await {
+            Ok(()) => {
+                self.signal_enqueued();
+                (keys.len(), Ok(()))
             }
-            done += 1;
+            Err(error) => (0, Err(error)),
         }
-        if done > 0 {
-            self.signal_enqueued();
-        }
-        (done, result)
     }
 
-    #[tracing::instrument(name = "queue.redis.enqueue", skip(self))]
-    async fn enqueue_quietly(&self, tenant: &str, proposal_id: &str) -> Result<()> {
+    #[tracing::instrument(name = "queue.redis.enqueue", skip_all, fields(n = keys.len()))]
+    async fn enqueue_quietly(&self, keys: &[(&str, &str)]) -> Result<()> {
         let mut call = self.call(&SCRIPTS.enqueue);
-        call.arg(tenant).arg(proposal_id);
+        for (tenant, proposal_id) in keys {
+            call.arg(*tenant).arg(*proposal_id);
+        }
         let _: i64 = call.invoke_async(&mut self.conn()).await?;
         Ok(())
     }
@@ -209,7 +209,7 @@ impl RedisQueue {
 #[async_trait]
 impl Queue for RedisQueue {
     async fn enqueue(&self, tenant: &str, proposal_id: &str) -> Result<()> {
-        self.enqueue_quietly(tenant, proposal_id).await?;
+        self.enqueue_quietly(&[(tenant, proposal_id)]).await?;
         self.signal_enqueued();
         Ok(())
     }
