@@ -25,7 +25,10 @@ fn reviewer_config(config: &Config) -> ReviewerConfig {
         lease: config.review.lease,
         max_attempts: config.review.attempts,
         review_deadline: config.review.deadline,
-        express_workers: config.review.express_workers,
+        express_workers: config
+            .review
+            .express_workers
+            .unwrap_or(usize::from(config.redis.url.is_some())),
         ..ReviewerConfig::with_workers(config.review.workers.unwrap_or(cores))
     }
 }
@@ -165,4 +168,21 @@ pub fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>
             _ = terminate.recv() => tracing::info!("SIGTERM received"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_express_reviewer_runs_by_default_on_redis_and_not_on_the_embedded_queue() {
+        let mut config = Config::default();
+        assert_eq!(reviewer_config(&config).express_workers, 0);
+        config.redis.url = Some("redis://127.0.0.1:6379".into());
+        assert_eq!(reviewer_config(&config).express_workers, 1);
+        config.review.express_workers = Some(3);
+        assert_eq!(reviewer_config(&config).express_workers, 3);
+        config.redis.url = None;
+        assert_eq!(reviewer_config(&config).express_workers, 3);
+    }
 }

@@ -44,7 +44,7 @@ pub struct ServeArgs {
     /// review.workers: reviewer workers in this process (default one per core).
     #[arg(long)]
     pub reviewers: Option<String>,
-    /// review.express_workers: workers that take only tenants nobody is reviewing (default 1).
+    /// review.express_workers: workers that take only tenants nobody is reviewing (default 1 on Redis, 0 embedded).
     #[arg(long)]
     pub express_reviewers: Option<String>,
     /// review.deadline: from REVIEWING to decision; past it TIMED_OUT.

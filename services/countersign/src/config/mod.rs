@@ -110,8 +110,9 @@ pub struct ReviewSection {
     /// Reviewer workers in this process (unset: one per core).
     pub workers: Option<usize>,
     /// Express workers besides them, which take only tenants nobody is
-    /// reviewing (0: none).
-    pub express_workers: usize,
+    /// reviewing (0: none; unset: 1 on the Redis queue, 0 on the embedded
+    /// one, whose single writer they would only compete for).
+    pub express_workers: Option<usize>,
     /// From REVIEWING to decision; past it a proposal is TIMED_OUT.
     #[serde(with = "duration")]
     pub deadline: Duration,
@@ -234,7 +235,7 @@ impl Default for ReviewSection {
     fn default() -> Self {
         ReviewSection {
             workers: None,
-            express_workers: 1,
+            express_workers: None,
             deadline: secs(60),
             attempts: 3,
             lease: secs(30),

@@ -72,6 +72,7 @@ url = "redis://redis:6379/0"
 prefix = "cs"
 [review]
 workers = 2
+express_workers = 2
 deadline = "60s"
 attempts = 3
 lease = "30s"
@@ -88,6 +89,7 @@ retention = "7d"
     assert_eq!(config.database.pool, 8);
     assert_eq!(config.redis.prefix, "cs");
     assert_eq!(config.review.workers, Some(2));
+    assert_eq!(config.review.express_workers, Some(2));
     assert_eq!(config.watch.retention, Duration::from_secs(7 * 86_400));
 }
 
