@@ -35,10 +35,10 @@ fn bench(args: &[&str]) -> serde_json::Value {
     assert_eq!(report["scenario"], args[0]);
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
     let production = args.contains(&"--production");
-    let baseline = if production {
-        "pgbench_single_row_insert_tps_4_clients"
-    } else {
-        "sqlite_single_row_inserts_per_s"
+    let baseline = match args[0] {
+        "noisy-neighbour" => "trickle_p99_ms_beside_spinning_threads",
+        _ if production => "pgbench_single_row_insert_tps_4_clients",
+        _ => "sqlite_single_row_inserts_per_s",
     };
     assert!(
         report["baselines"][baseline].as_f64().unwrap_or(0.0) > 0.0,
@@ -83,6 +83,22 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
         report["params"]["backend"],
         "production (PostgreSQL + Redis Streams)"
     );
+    // The transport's floor, same run: two health checks per proposal (Submit
+    // and AwaitDecision), and the ceiling it sets beside pgbench.
+    assert_eq!(report["latencies"]["health check (floor)"]["count"], 40);
+    for ratio in [
+        "transport_ceiling / pgbench_tps",
+        "decisions_per_s / transport_ceiling",
+    ] {
+        assert!(report["ratios"][ratio].as_f64().unwrap() > 0.0, "{report}");
+    }
+    assert!(
+        report["baselines"]["transport_ceiling_decisions_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
 }
 
 #[test]
@@ -102,7 +118,46 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
         assert_eq!(report["outcomes"]["approved"], 30, "{report}");
         assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
         assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+        let calls_per_proposal = if via == "await" { 2 } else { 1 };
+        assert_eq!(
+            report["latencies"]["health check (floor)"]["count"],
+            40 * calls_per_proposal,
+            "{report}"
+        );
     }
+}
+
+#[test]
+fn a_tiny_noisy_neighbour_run_measures_the_trickle_alone_beside_busy_cores_and_flooded() {
+    let report = bench(&[
+        "noisy-neighbour",
+        "--flood-clients",
+        "2",
+        "--trickle-rate",
+        "20",
+        "--duration",
+        "1s",
+    ]);
+    for phase in [
+        "trickle alone",
+        "trickle beside spinning threads",
+        "trickle while flooded",
+        "flood",
+    ] {
+        assert!(
+            report["latencies"][phase]["count"].as_u64().unwrap_or(0) > 0,
+            "{phase}: {report}"
+        );
+    }
+    assert!(
+        report["ratios"]["trickle p99 beside spinning threads / alone"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(report["params"]["spinning_threads"], cores, "{report}");
 }
 
 #[test]

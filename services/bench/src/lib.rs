@@ -6,6 +6,8 @@
 mod audit_query;
 mod baseline;
 mod board;
+mod burners;
+mod closed_loop;
 mod growth;
 mod production;
 mod report;

@@ -36,6 +36,12 @@ pub struct ProductionArgs {
     /// Requests of the redis-benchmark baseline.
     #[arg(long, global = true, default_value = "200000")]
     pub redis_benchmark_requests: u64,
+    /// Leave the run's database and Redis keys in place afterwards (their
+    /// names are printed), to look at what the run wrote: per-proposal
+    /// `created_at`, `review_started_at`, `decided_at` and each decision's
+    /// reviewer.
+    #[arg(long, global = true)]
+    pub keep: bool,
 }
 
 /// Where a production run's server lives.
@@ -48,6 +54,8 @@ pub struct Production {
     pub app_url: String,
     pub redis_url: String,
     pub redis_prefix: String,
+    /// `--keep`: `clean_up` leaves both in place.
+    pub keep: bool,
 }
 
 /// `url` with its database replaced by `database`.
@@ -95,6 +103,7 @@ impl ProductionArgs {
             database,
             redis_url,
             redis_prefix: format!("cs-bench-{suffix}"),
+            keep: self.keep,
         };
         let output = Command::new(std::env::current_exe()?)
             .arg("migrate")
@@ -113,8 +122,15 @@ impl ProductionArgs {
 }
 
 impl Production {
-    /// Drops the run's database and Redis keys.
+    /// Drops the run's database and Redis keys (unless `--keep`).
     pub async fn clean_up(&self) {
+        if self.keep {
+            eprintln!(
+                "kept: database {} (as {}), Redis keys {}:*",
+                self.database, self.owner_url, self.redis_prefix
+            );
+            return;
+        }
         if let Ok(mut conn) = PgConnection::connect(&self.cluster_owner_url).await {
             let _ = sqlx::query(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",

@@ -423,6 +423,75 @@ pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
     }
 }
 
+/// The transport's floor beside a closed-loop `submit-decide`: as many gRPC
+/// health checks as the run made calls, from as many clients on connections
+/// of their own. A decision takes at least `calls_per_decision` unary calls
+/// (Submit and AwaitDecision; Submit alone when decisions come on a Watch
+/// stream), so the floor divided by them bounds the decisions per second
+/// whatever the storage costs: the transport's ceiling.
+struct TransportFloor {
+    baselines: BTreeMap<String, f64>,
+    latency: Percentiles,
+    errors: BTreeMap<String, u64>,
+    /// (limit name, limit) of the run, to set the ceiling beside.
+    limits: Vec<(String, f64)>,
+    rate: f64,
+    calls_per_decision: f64,
+}
+
+impl TransportFloor {
+    fn ratios(&self, decisions_per_s: f64) -> Vec<(String, f64)> {
+        let ceiling = self.rate / self.calls_per_decision;
+        let mut ratios = vec![
+            (
+                "decisions_per_s / grpc_health_checks_per_s".to_owned(),
+                decisions_per_s / self.rate.max(1e-9),
+            ),
+            (
+                "decisions_per_s / transport_ceiling".to_owned(),
+                decisions_per_s / ceiling.max(1e-9),
+            ),
+        ];
+        ratios.extend(self.limits.iter().map(|(name, limit)| {
+            (
+                format!("transport_ceiling / {name}"),
+                ceiling / limit.max(1e-9),
+            )
+        }));
+        ratios
+    }
+}
+
+async fn transport_floor(
+    server: &Server,
+    load: &LoadArgs,
+    limits: &[(String, f64)],
+) -> anyhow::Result<TransportFloor> {
+    let calls_per_decision = match load.via {
+        Via::Await => 2.0,
+        Via::Watch => 1.0,
+    };
+    let calls = (load.proposals as f64 * calls_per_decision) as u64;
+    let clients = load.clients.max(1);
+    let floor = crate::closed_loop::health_checks(server, clients, clients, calls).await?;
+    let rate = floor.rate_of("served");
+    let errors = crate::closed_loop::errors_of(&floor.outcomes);
+    Ok(TransportFloor {
+        baselines: BTreeMap::from([
+            (format!("grpc_health_checks_per_s_{clients}_clients"), rate),
+            (
+                "transport_ceiling_decisions_per_s".to_owned(),
+                rate / calls_per_decision,
+            ),
+        ]),
+        latency: Percentiles::of(&floor.latency),
+        errors,
+        limits: limits.to_vec(),
+        rate,
+        calls_per_decision,
+    })
+}
+
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
     let production = args.production.prepare().await?;
     let result = submit_decide_on(args, load, production.clone()).await;
@@ -463,6 +532,15 @@ async fn submit_decide_on(
         .collect();
     let mut outcomes = empty.tally.outcomes.clone();
     let mut errors = empty.tally.errors.clone();
+    if load.rate.is_none() {
+        let floor = transport_floor(&server, load, &limits).await?;
+        ratios.extend(floor.ratios(empty.throughput()));
+        baselines.extend(floor.baselines);
+        latencies.insert("health check (floor)".to_owned(), floor.latency);
+        for (k, v) in floor.errors {
+            *errors.entry(format!("health check: {k}")).or_default() += v;
+        }
+    }
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
         server.stop();
@@ -604,6 +682,21 @@ async fn noisy_neighbour_on(
     )
     .await?;
 
+    // The trickle beside threads of this process that spin on every core and
+    // share nothing with the server: what CPU contention alone costs it.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let contended = Arc::new(Mutex::new(Tally::new()));
+    let burners = crate::burners::Burners::start(cores);
+    trickle(
+        &server.endpoint,
+        &quiet_key,
+        noisy.trickle_rate,
+        noisy.duration / 2,
+        contended.clone(),
+    )
+    .await?;
+    drop(burners);
+
     // Then the trickle while the other tenant floods.
     let flooded = Arc::new(Mutex::new(Tally::new()));
     let flood = Arc::new(Mutex::new(Tally::new()));
@@ -643,6 +736,8 @@ async fn noisy_neighbour_on(
     let after = server.usage();
 
     let (alone, flooded, flood) = (alone.lock().await, flooded.lock().await, flood.lock().await);
+    let contended = contended.lock().await;
+    let contended_p = Percentiles::of(contended.decision.as_ref().expect("histogram"));
     let alone_p = Percentiles::of(alone.decision.as_ref().expect("histogram"));
     let flooded_p = Percentiles::of(flooded.decision.as_ref().expect("histogram"));
     let flood_p = Percentiles::of(flood.decision.as_ref().expect("histogram"));
@@ -659,7 +754,7 @@ async fn noisy_neighbour_on(
         params: json!({
             "flood_clients": noisy.flood_clients, "trickle_rate": noisy.trickle_rate,
             "duration_s": noisy.duration.as_secs_f64(), "reviewers": args.reviewers,
-            "backend": backend,
+            "backend": backend, "spinning_threads": cores,
         }),
         duration_s: wall.as_secs_f64(),
         throughput_per_s: flood_rate,
@@ -672,10 +767,19 @@ async fn noisy_neighbour_on(
                 "trickle p99 flooded / alone".to_owned(),
                 flooded_p.p99_ms / alone_p.p99_ms.max(1e-9),
             ),
+            // The machine's own part: no flood, only busy cores.
+            (
+                "trickle p99 beside spinning threads / alone".to_owned(),
+                contended_p.p99_ms / alone_p.p99_ms.max(1e-9),
+            ),
         ]),
         latencies: BTreeMap::from([
             ("trickle alone".to_owned(), alone_p),
             ("trickle while flooded".to_owned(), flooded_p),
+            (
+                "trickle beside spinning threads".to_owned(),
+                contended_p.clone(),
+            ),
             ("flood".to_owned(), flood_p),
             // The Submit call alone (its share of the latencies above).
             ("trickle submit alone".to_owned(), submit_of(&alone)),
@@ -687,7 +791,12 @@ async fn noisy_neighbour_on(
         outcomes: flooded.outcomes.clone(),
         errors,
         server: usage_between(before, after, wall),
-        baselines: BTreeMap::new(),
+        // The machine's own limit for the ratio: the trickle with no flood,
+        // beside one spinning thread per core.
+        baselines: BTreeMap::from([(
+            "trickle_p99_ms_beside_spinning_threads".to_owned(),
+            contended_p.p99_ms,
+        )]),
     })
 }
 

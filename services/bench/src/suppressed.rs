@@ -4,110 +4,19 @@
 
 use std::{
     collections::BTreeMap,
-    future::Future,
-    pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
     time::{Duration, Instant},
 };
 
 use countersign_proto::v1::{self, AwaitDecisionRequest, SubmitRequest};
-use hdrhistogram::Histogram;
 use serde_json::json;
-use tokio::sync::Mutex;
-use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::{
     BenchArgs, SuppressedArgs, baseline,
-    report::{Machine, Percentiles, Report, ServerUsage},
-    scenario::{MAX_TARGETS, channel, now_rfc3339, proposals, seed, spec, usage_between},
+    closed_loop::{closed_loop, errors_of, health_checks, outcome},
+    report::{Machine, Percentiles, Report},
+    scenario::{MAX_TARGETS, now_rfc3339, proposals, seed, spec},
     server::Server,
 };
-
-/// One call's outcome, named for the tally (`suppressed`, `error Unavailable`, …).
-type Call<'a> = Pin<Box<dyn Future<Output = String> + Send + 'a>>;
-
-/// What a closed loop measured.
-struct Loop {
-    wall: Duration,
-    latency: Histogram<u64>,
-    outcomes: BTreeMap<String, u64>,
-    server: ServerUsage,
-}
-
-/// `clients` tasks, sharing `connections` (round robin), make `total` calls
-/// between them, each waiting for its answer before the next.
-async fn closed_loop<C, F>(
-    server: &Server,
-    connections: Vec<C>,
-    clients: u64,
-    total: u64,
-    call: F,
-) -> anyhow::Result<Loop>
-where
-    C: Clone + Send + 'static,
-    F: for<'a> Fn(&'a mut C) -> Call<'a> + Clone + Send + 'static,
-{
-    let next = Arc::new(AtomicU64::new(0));
-    let latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
-    let outcomes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
-    let before = server.usage();
-    let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..clients.max(1) {
-        let mut client = connections[c as usize % connections.len()].clone();
-        let (next, latency, outcomes, call) = (
-            next.clone(),
-            latency.clone(),
-            outcomes.clone(),
-            call.clone(),
-        );
-        tasks.spawn(async move {
-            let mut mine = Histogram::<u64>::new(3).expect("histogram");
-            let mut counts = BTreeMap::<String, u64>::new();
-            while next.fetch_add(1, Ordering::Relaxed) < total {
-                let t = Instant::now();
-                let outcome = call(&mut client).await;
-                let _ = mine.record((t.elapsed().as_micros() as u64).max(1));
-                *counts.entry(outcome).or_default() += 1;
-            }
-            let _ = latency.lock().await.add(&mine);
-            let mut all = outcomes.lock().await;
-            for (k, v) in counts {
-                *all.entry(k).or_default() += v;
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
-    let wall = started.elapsed();
-    let after = server.usage();
-    let latency = latency.lock().await.clone();
-    let outcomes = outcomes.lock().await.clone();
-    Ok(Loop {
-        wall,
-        latency,
-        outcomes,
-        server: usage_between(before, after, wall),
-    })
-}
-
-/// The tally's name for a finished call.
-fn outcome<T>(result: Result<T, tonic::Status>, ok: impl FnOnce(&T) -> &'static str) -> String {
-    match result {
-        Ok(answer) => ok(&answer).to_owned(),
-        Err(status) => format!("error {:?}", status.code()),
-    }
-}
-
-fn errors_of(outcomes: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    outcomes
-        .iter()
-        .filter(|(k, _)| k.starts_with("error"))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect()
-}
 
 pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
@@ -171,19 +80,9 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     })
     .await?;
 
-    // The floor: the cheapest call this server answers (gRPC health: no
-    // credential, no storage), from the same clients over as many connections.
-    let mut health = Vec::new();
-    for _ in 0..connections {
-        health.push(HealthClient::new(channel(&server.endpoint).await?));
-    }
-    let floor = closed_loop(&server, health, load.clients, load.submits, |client| {
-        Box::pin(async move {
-            let r = client.check(HealthCheckRequest::default()).await;
-            outcome(r, |_| "served")
-        })
-    })
-    .await?;
+    // The floor: the cheapest call this server answers, from the same
+    // clients over as many connections.
+    let floor = health_checks(&server, load.clients, connections, load.submits).await?;
 
     let suppressed = retries
         .outcomes
@@ -191,14 +90,11 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         .copied()
         .unwrap_or_default();
     let throughput = suppressed as f64 / retries.wall.as_secs_f64();
-    let served = floor.outcomes.get("served").copied().unwrap_or_default();
-    let floor_rate = served as f64 / floor.wall.as_secs_f64();
+    let floor_rate = floor.rate_of("served");
     let mut errors = errors_of(&retries.outcomes);
     for (k, v) in errors_of(&floor.outcomes) {
         *errors.entry(format!("health check: {k}")).or_default() += v;
     }
-    let per_call_us =
-        |l: &Loop| l.server.cpu_seconds * 1e6 / l.outcomes.values().sum::<u64>().max(1) as f64;
     Ok(Report {
         scenario: "suppressed".into(),
         started_at,
@@ -207,8 +103,8 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
             "submits": load.submits, "clients": load.clients, "reviewers": args.reviewers,
             "connections": connections,
             "backend": "embedded (SQLite + embedded queue)",
-            "server_cpu_us_per_suppressed_submit": per_call_us(&retries),
-            "server_cpu_us_per_health_check": per_call_us(&floor),
+            "server_cpu_us_per_suppressed_submit": retries.server_us_per_call(),
+            "server_cpu_us_per_health_check": floor.server_us_per_call(),
         }),
         duration_s: retries.wall.as_secs_f64(),
         throughput_per_s: throughput,
