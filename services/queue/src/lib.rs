@@ -68,9 +68,11 @@ pub trait Queue: Send + Sync + 'static {
     /// tenants so one that floods cannot starve the others.
     async fn fetch(&self, worker: &str, max: usize, lease: Duration) -> Result<Vec<Lease>>;
     /// [`Queue::fetch`] from only the tenants none of whose entries is leased
-    /// now: tenants nobody is reviewing. The express reviewers' fetch, so that
-    /// a tenant with a proposal or two is not held behind the batches of one
-    /// with a backlog (which keeps every other worker busy).
+    /// now (tenants nobody is reviewing), the oldest ready entry of each. The
+    /// express reviewers' fetch: a tenant's next proposal is not held behind
+    /// the batches of one with a backlog (which keep every other worker busy),
+    /// and an express batch stays short even when that tenant is between
+    /// batches and so counts as idle.
     async fn fetch_idle_tenants(
         &self,
         worker: &str,

@@ -166,7 +166,9 @@ pub async fn tenants_take_turns_so_a_flood_cannot_starve_a_trickle(queue: DynQue
     assert!(leases.iter().any(|l| l.proposal_id == quiet), "{leases:?}");
 }
 
-pub async fn an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing(queue: DynQueue) {
+pub async fn an_idle_tenants_fetch_takes_the_oldest_entry_of_each_tenant_nobody_is_reviewing(
+    queue: DynQueue,
+) {
     let ids = |leases: &[countersign_queue::Lease]| -> Vec<String> {
         leases.iter().map(|l| l.proposal_id.clone()).collect()
     };
@@ -175,12 +177,14 @@ pub async fn an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing(queue:
     let held = fetch(&*queue, "shared", 1, LONG).await;
     assert_eq!(ids(&held), [first], "the oldest entry of the only tenant");
     let quiet = enqueue(&*queue, "quiet").await;
+    let quiet_later = enqueue(&*queue, "quiet").await;
 
     let express = queue.fetch_idle_tenants("express", 10, LONG).await.unwrap();
     assert_eq!(
         ids(&express),
         [quiet],
-        "a tenant under review is skipped, however much it has waiting"
+        "a tenant under review is skipped, however much it has waiting; \
+         an idle one gives its oldest entry only"
     );
     assert!(
         queue
@@ -190,6 +194,15 @@ pub async fn an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing(queue:
             .is_empty(),
         "both tenants are under review now"
     );
+    let shared = fetch(&*queue, "shared", 10, LONG).await;
+    let mut rest = ids(&shared);
+    rest.sort();
+    let mut expected = vec![second.clone(), quiet_later];
+    expected.sort();
+    assert_eq!(rest, expected, "the rest is the shared workers'");
+    for lease in shared {
+        queue.release(&lease, Duration::ZERO).await.unwrap();
+    }
 
     queue.ack(&held[0]).await.unwrap();
     let short = queue
@@ -208,7 +221,7 @@ pub async fn an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing(queue:
         [second],
         "a lease that ran out is nobody's review"
     );
-    assert_eq!(again[0].attempts, 2);
+    assert_eq!(again[0].attempts, 3, "shared, express, express");
 }
 
 pub async fn enqueue_is_idempotent_per_proposal(queue: DynQueue) {
@@ -339,7 +352,7 @@ both_backends!(
     a_released_entry_comes_back_after_its_delay_with_its_attempts_counted,
     a_dead_lettered_entry_is_never_handed_out_again,
     tenants_take_turns_so_a_flood_cannot_starve_a_trickle,
-    an_idle_tenants_fetch_takes_only_tenants_nobody_is_reviewing,
+    an_idle_tenants_fetch_takes_the_oldest_entry_of_each_tenant_nobody_is_reviewing,
     enqueue_is_idempotent_per_proposal,
     depth_counts_ready_leased_and_released_entries_until_they_go,
     concurrent_workers_never_hold_the_same_entry,

@@ -1,5 +1,5 @@
--- ARGV: worker, max, lease (ms), idle_only ('1': only tenants none of whose
--- entries is leased now, the express reviewers' fetch).
+-- ARGV: worker, max, lease (ms), idle_only ('1': the express reviewers'
+-- fetch: only tenants none of whose entries is leased now, one entry each).
 -- Returns {expires_at, {{tenant, id, proposal, delivered}, ...}}.
 --
 -- Fair across tenants: a round visits every tenant with entries, starting one
@@ -44,8 +44,12 @@ end
 
 local function take(t, k)
   -- A lease that ran out is nobody's review: only live ones make a tenant busy.
-  if idle_only and redis.call('ZCOUNT', leased_key(t), '(' .. now, '+inf') > 0 then
-    return 0
+  -- Its lease makes the tenant busy for the next round: one entry a tenant.
+  if idle_only then
+    if redis.call('ZCOUNT', leased_key(t), '(' .. now, '+inf') > 0 then
+      return 0
+    end
+    k = math.min(k, 1)
   end
   local got = claim_due(t, parked_key(t), k)
   got = got + claim_due(t, leased_key(t), k - got)
