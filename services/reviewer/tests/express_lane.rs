@@ -8,15 +8,16 @@ use std::{
     time::Duration,
 };
 
+mod support;
+
 use countersign_domain::{
-    BlastRadius, OperationClass, Proposal, ProposalSpec, ProposalState,
+    Proposal, ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue, RedisQueueOptions};
+use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
-
-const REDIS_URL_VAR: &str = "COUNTERSIGN_TEST_REDIS_URL";
+use support::{redis_queue, spec};
 
 /// Closed until opened: the evaluator waits on it for the busy tenant.
 #[derive(Default)]
@@ -61,44 +62,6 @@ async fn store() -> (DynStore, EmbeddedQueue, tempfile::TempDir) {
         store.create_tenant(tenant).await.unwrap();
     }
     (store, embedded, dir)
-}
-
-async fn redis_queue() -> RedisQueue {
-    let url = std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{REDIS_URL_VAR} is not set: these tests need a real redis-server. \
-             Start one with `eval \"$(tests/services/redis.sh)\"` (tests/run does this)."
-        )
-    });
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let options = RedisQueueOptions {
-        prefix: format!("countersign-test:express-{}-{nanos}", std::process::id()),
-        ..RedisQueueOptions::default()
-    };
-    RedisQueue::connect(&url, options)
-        .await
-        .unwrap_or_else(|error| panic!("Redis at {url} ({REDIS_URL_VAR}) does not answer: {error}"))
-}
-
-fn spec(target: &str) -> ProposalSpec {
-    ProposalSpec {
-        action: "restart".into(),
-        class: OperationClass::Write,
-        target: target.into(),
-        parameters: Default::default(),
-        reason: "r".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: String::new(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
-    }
 }
 
 /// Stores a proposal; on the Redis queue also publishes it, as the api does

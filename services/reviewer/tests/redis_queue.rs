@@ -9,66 +9,16 @@ use std::{
     time::{Duration, Instant},
 };
 
+mod support;
+
 use countersign_domain::{
-    BlastRadius, OperationClass, ProposalSpec, ProposalState,
+    ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{Queue, RedisPeers, RedisQueue, RedisQueueOptions};
+use countersign_queue::{Queue, RedisPeers, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
-
-const REDIS_URL_VAR: &str = "COUNTERSIGN_TEST_REDIS_URL";
-
-fn redis_url() -> String {
-    std::env::var(REDIS_URL_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{REDIS_URL_VAR} is not set: these tests need a real redis-server. \
-             Start one with `eval \"$(tests/services/redis.sh)\"` (tests/run does this)."
-        )
-    })
-}
-
-/// A key prefix of this test's own.
-fn fresh_prefix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("countersign-test:reviewer-{}-{nanos}", std::process::id())
-}
-
-async fn redis_queue_at(prefix: &str) -> RedisQueue {
-    let url = redis_url();
-    let options = RedisQueueOptions {
-        prefix: prefix.to_owned(),
-        ..RedisQueueOptions::default()
-    };
-    RedisQueue::connect(&url, options)
-        .await
-        .unwrap_or_else(|error| panic!("Redis at {url} ({REDIS_URL_VAR}) does not answer: {error}"))
-}
-
-async fn redis_queue() -> RedisQueue {
-    redis_queue_at(&fresh_prefix()).await
-}
-
-fn spec(target: &str) -> ProposalSpec {
-    ProposalSpec {
-        action: "restart".into(),
-        class: OperationClass::Write,
-        target: target.into(),
-        parameters: Default::default(),
-        reason: "r".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: String::new(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
-    }
-}
+use support::{fresh_prefix, redis_queue, redis_queue_at, redis_url, spec};
 
 /// Stores a proposal and publishes it to the Redis queue, as the api will.
 async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
