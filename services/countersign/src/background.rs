@@ -51,7 +51,7 @@ impl Background {
                 let (stop, stopped) = watch::channel(false);
                 let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stopped);
                 let reviewers = workers.then(|| {
-                    tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
+                    tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
                     Reviewers::start(store, queue, config)
                 });
                 Background::Embedded {
@@ -119,7 +119,7 @@ async fn run(
     let relay = workers.then(|| relay_enqueued(queue.clone(), production.peers.clone()));
     let outbox = OutboxTasks::start(publisher, workers);
     let reviewers = workers.then(|| {
-        tracing::info!(workers = config.workers, deadline = ?config.review_deadline, "reviewers starting");
+        tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
         Reviewers::start(store, queue, config)
     });
     let _ = stop.wait_for(|stopped| *stopped).await;
