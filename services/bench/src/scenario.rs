@@ -431,41 +431,16 @@ pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
 /// whatever the storage costs: the transport's ceiling.
 struct TransportFloor {
     baselines: BTreeMap<String, f64>,
+    ratios: Vec<(String, f64)>,
     latency: Percentiles,
     errors: BTreeMap<String, u64>,
-    /// (limit name, limit) of the run, to set the ceiling beside.
-    limits: Vec<(String, f64)>,
-    rate: f64,
-    calls_per_decision: f64,
-}
-
-impl TransportFloor {
-    fn ratios(&self, decisions_per_s: f64) -> Vec<(String, f64)> {
-        let ceiling = self.rate / self.calls_per_decision;
-        let mut ratios = vec![
-            (
-                "decisions_per_s / grpc_health_checks_per_s".to_owned(),
-                decisions_per_s / self.rate.max(1e-9),
-            ),
-            (
-                "decisions_per_s / transport_ceiling".to_owned(),
-                decisions_per_s / ceiling.max(1e-9),
-            ),
-        ];
-        ratios.extend(self.limits.iter().map(|(name, limit)| {
-            (
-                format!("transport_ceiling / {name}"),
-                ceiling / limit.max(1e-9),
-            )
-        }));
-        ratios
-    }
 }
 
 async fn transport_floor(
     server: &Server,
     load: &LoadArgs,
     limits: &[(String, f64)],
+    decisions_per_s: f64,
 ) -> anyhow::Result<TransportFloor> {
     let calls_per_decision = match load.via {
         Via::Await => 2.0,
@@ -475,20 +450,31 @@ async fn transport_floor(
     let clients = load.clients.max(1);
     let floor = crate::closed_loop::health_checks(server, clients, clients, calls).await?;
     let rate = floor.rate_of("served");
-    let errors = crate::closed_loop::errors_of(&floor.outcomes);
+    let ceiling = rate / calls_per_decision;
+    let mut ratios = vec![
+        (
+            "decisions_per_s / grpc_health_checks_per_s".to_owned(),
+            decisions_per_s / rate.max(1e-9),
+        ),
+        (
+            "decisions_per_s / transport_ceiling".to_owned(),
+            decisions_per_s / ceiling.max(1e-9),
+        ),
+    ];
+    ratios.extend(limits.iter().map(|(name, limit)| {
+        (
+            format!("transport_ceiling / {name}"),
+            ceiling / limit.max(1e-9),
+        )
+    }));
     Ok(TransportFloor {
         baselines: BTreeMap::from([
             (format!("grpc_health_checks_per_s_{clients}_clients"), rate),
-            (
-                "transport_ceiling_decisions_per_s".to_owned(),
-                rate / calls_per_decision,
-            ),
+            ("transport_ceiling_decisions_per_s".to_owned(), ceiling),
         ]),
+        ratios,
         latency: Percentiles::of(&floor.latency),
-        errors,
-        limits: limits.to_vec(),
-        rate,
-        calls_per_decision,
+        errors: crate::closed_loop::errors_of(&floor.outcomes),
     })
 }
 
@@ -533,8 +519,8 @@ async fn submit_decide_on(
     let mut outcomes = empty.tally.outcomes.clone();
     let mut errors = empty.tally.errors.clone();
     if load.rate.is_none() {
-        let floor = transport_floor(&server, load, &limits).await?;
-        ratios.extend(floor.ratios(empty.throughput()));
+        let floor = transport_floor(&server, load, &limits, empty.throughput()).await?;
+        ratios.extend(floor.ratios);
         baselines.extend(floor.baselines);
         latencies.insert("health check (floor)".to_owned(), floor.latency);
         for (k, v) in floor.errors {

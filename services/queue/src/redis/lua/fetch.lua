@@ -43,8 +43,9 @@ local function claim_due(t, zset, k)
 end
 
 local function take(t, k)
-  -- A lease that ran out is nobody's review: only live ones make a tenant busy.
-  -- Its lease makes the tenant busy for the next round: one entry a tenant.
+  -- Only a live lease makes a tenant busy (one that ran out is nobody's
+  -- review). The entry taken here makes it busy for the next round, and the
+  -- cap of one keeps it to one entry in this one.
   if idle_only then
     if redis.call('ZCOUNT', leased_key(t), '(' .. now, '+inf') > 0 then
       return 0
