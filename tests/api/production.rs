@@ -210,9 +210,9 @@ async fn the_sweeper_republishes_proposals_lost_by_a_redis_restarted_without_per
 /// The API answers no call before the fan-out knows where the event log ends.
 /// Read any later, that position could fall past a decision committed
 /// meanwhile, which the fan-out would then never publish: an AwaitDecision
-/// that had found its proposal still open waited out its deadline (1 api
-/// suite run in 4, session 11). Here the log's end cannot be read (its
-/// retention mark is locked) until the test lets go.
+/// that had found its proposal still open would wait out its deadline. Here
+/// the log's end cannot be read (its retention mark is locked) until the test
+/// lets go.
 #[tokio::test]
 async fn the_api_answers_no_call_before_the_fan_out_knows_where_the_log_ends() {
     let db = Database::migrated().await;

@@ -15,9 +15,8 @@
 //! prepared. A review batch's facts are read here too, in a read transaction
 //! between writes: a few hundred microseconds of SQLite's work, against ~1.3 ms
 //! of hand-offs on a reader. The rest of the store keeps sqlx, through the
-//! pool. Measured on the 10,000 × 32 benchmark: 1,800–2,160 → 2,280–2,450
-//! decisions/s with the thread (session 11); the synchronous jobs took the
-//! writer's time per decision from about 0.31 to 0.24 ms (session 12).
+//! pool. BENCHMARKS.md has what the thread and the synchronous jobs gain on
+//! the 10,000 × 32 benchmark.
 
 use std::panic::AssertUnwindSafe;
 
