@@ -1131,6 +1131,46 @@ pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore)
     assert!(store.list_targets("b").await.unwrap().is_empty());
 }
 
+/// Puts of one SOP at once each take a version of their own, consecutive,
+/// and each is kept in the history; retires at once make one retired version.
+pub async fn concurrent_puts_and_retires_of_one_sop_take_consecutive_versions(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let input = countersign_store::SopInput {
+        id: "SOP-1".into(),
+        action: "host_restart_service".into(),
+        title: "t".into(),
+        covers: String::new(),
+        rollback_path: "undo".into(),
+        max_blast_radius: BlastRadius::Cluster,
+        selector: Default::default(),
+    };
+    let puts = (0..24).map(|i| {
+        let (store, mut input) = (store.clone(), input.clone());
+        input.title = format!("put {i}");
+        tokio::spawn(async move { store.put_sop("a", input).await })
+    });
+    let mut versions: Vec<u32> = futures::future::join_all(puts)
+        .await
+        .into_iter()
+        .map(|put| put.unwrap().expect("every put succeeds").version)
+        .collect();
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=24).collect::<Vec<u32>>());
+    let current = store.get_sop("a", "SOP-1").await.unwrap().unwrap();
+    assert_eq!(current.version, 24);
+
+    let retires = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.retire_sop("a", "SOP-1").await })
+    });
+    for retired in futures::future::join_all(retires).await {
+        let retired = retired.unwrap().expect("every retire succeeds");
+        assert!(retired.retired && retired.version == 25, "{retired:?}");
+    }
+    let again = store.put_sop("a", input).await.unwrap();
+    assert!(!again.retired && again.version == 26, "{again:?}");
+}
+
 pub async fn tenants_and_keys_are_listed_across_tenants_for_administration(store: DynStore) {
     for tenant in ["b", "a"] {
         store.create_tenant(tenant).await.unwrap();
@@ -1284,6 +1324,7 @@ macro_rules! every_store_test {
             suppressed_retries_are_counted_and_logged,
             the_breaker_trips_on_the_threshold_rejection_and_can_be_reset,
             sops_are_versioned_and_targets_replaced_per_tenant,
+            concurrent_puts_and_retires_of_one_sop_take_consecutive_versions,
             tenants_and_keys_are_listed_across_tenants_for_administration,
             subscribers_hear_of_each_change_after_it_commits,
             the_audit_log_chains_each_tenants_decisions_in_commit_order,
