@@ -531,3 +531,59 @@ async fn bad_paging_input_is_refused_with_the_field_named() {
     );
     assert!(status.message().contains("proposal_id"), "{status:?}");
 }
+
+/// An agent credential sees the terse view of every decision, whatever its
+/// role: the log's reads give it no reason, gate details, missing gates,
+/// summary or record JSON (which holds them all), as `AwaitDecision` gives it none.
+#[tokio::test]
+async fn an_agent_credential_reading_the_log_sees_only_the_terse_view() {
+    let (app, auditor) = logged_app(6).await;
+    let people = all_pages(
+        &mut audit(&app, &auditor).await,
+        ListDecisionsRequest::default(),
+    )
+    .await;
+    let rejected = people
+        .iter()
+        .find(|e| e.decision.as_ref().unwrap().outcome == v1::DecisionOutcome::Reject as i32)
+        .expect("an unknown target is rejected");
+    let full = rejected.decision.as_ref().unwrap();
+    assert!(
+        !full.reason.is_empty() && !full.missing_gates.is_empty() && !full.gates.is_empty(),
+        "people see the reason: {full:?}"
+    );
+    assert!(rejected.record_json.contains(&full.reason));
+
+    for role in [Role::Auditor, Role::Admin] {
+        let agent = app.agent_key("acme", role).await;
+        let mut client = audit(&app, &agent).await;
+        let listed = all_pages(&mut client, ListDecisionsRequest::default()).await;
+        let got = client
+            .get_decision(GetDecisionRequest {
+                proposal_id: rejected.proposal_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(listed.len(), people.len(), "{role}");
+        for entry in listed.iter().chain([&got]) {
+            let d = entry.decision.as_ref().unwrap();
+            assert!(
+                d.reason.is_empty()
+                    && d.gates.is_empty()
+                    && d.missing_gates.is_empty()
+                    && d.summary.is_empty(),
+                "{role}: {d:?}"
+            );
+            assert_eq!(entry.record_json, "", "{role}: the record holds the reason");
+        }
+        let terse = got.decision.unwrap();
+        assert_eq!(terse.outcome, v1::DecisionOutcome::Reject as i32);
+        assert_eq!(terse.agent_message, full.agent_message);
+        assert!(terse.agent_message.contains("Do not retry"), "{terse:?}");
+        assert_eq!(
+            (got.sequence, &got.digest),
+            (rejected.sequence, &rejected.digest)
+        );
+    }
+}

@@ -195,7 +195,10 @@ impl AuditService for AuditApi {
             _ => String::new(),
         };
         Ok(Response::new(ListDecisionsResponse {
-            entries: entries.iter().map(entry_to_proto).collect(),
+            entries: entries
+                .iter()
+                .map(|entry| entry_to_proto(entry, caller.principal.agent))
+                .collect(),
             next_page_token,
         }))
     }
@@ -215,7 +218,10 @@ impl AuditService for AuditApi {
             .ok_or_else(|| {
                 Status::not_found(format!("no decision of proposal `{id}` is in the log"))
             })?;
-        Ok(Response::new(entry_to_proto(&entry)))
+        Ok(Response::new(entry_to_proto(
+            &entry,
+            caller.principal.agent,
+        )))
     }
 
     async fn verify_log(
