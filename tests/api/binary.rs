@@ -624,12 +624,43 @@ fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoin
         &admin,
     );
     assert!(ok, "{err}");
-    assert!(csv.starts_with("sequence,decided_at,proposal_id"), "{csv}");
-    assert_eq!(csv.lines().count(), 2, "{csv}");
     assert!(
-        csv.contains(",node-92,") && csv.contains(",reject,"),
+        csv.starts_with("\"sequence\",\"decided_at\",\"proposal_id\""),
         "{csv}"
     );
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.contains(",\"node-92\",") && csv.contains(",\"reject\","),
+        "{csv}"
+    );
+    assert!(csv.contains("target node-92 is unknown"), "{csv}");
+
+    // An agent credential's export carries the terse view: no reason, no record.
+    let (ok, agent_key, err) = countersign(
+        dir.path(),
+        &[
+            "admin", "key", "create", "--tenant", "default", "--role", "auditor", "--agent",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    let agent = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", agent_key.trim()),
+    ];
+    for format in ["--csv", "--json"] {
+        let (ok, out, err) = countersign(dir.path(), &["decisions", "--all", format], &agent);
+        assert!(ok, "{err}");
+        assert_eq!(
+            out.lines().count(),
+            3 + usize::from(format == "--csv"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("is unknown") && !out.contains("target_state"),
+            "{format}: {out}"
+        );
+    }
 
     let (ok, checkpoint, err) = countersign(dir.path(), &["checkpoint", "--refresh"], &admin);
     assert!(ok, "{err}");
