@@ -429,14 +429,19 @@ async fn a_checkpoint_verifies_under_the_service_key_and_fails_after_one_changed
 }
 
 #[tokio::test]
-async fn the_database_refuses_to_update_or_delete_decisions_and_log_entries() {
-    let (app, _) = logged_app(3).await;
+async fn the_database_refuses_to_change_decisions_log_entries_checkpoints_or_sop_versions() {
+    let (app, auditor) = logged_app(3).await;
+    checkpoint(&mut audit(&app, &auditor).await, true).await;
     let db = app.raw_db().await;
     for statement in [
         "UPDATE decisions SET reason = 'nothing to see'",
         "DELETE FROM decisions",
         "UPDATE audit_log SET record = '{}'",
         "DELETE FROM audit_log",
+        "UPDATE audit_checkpoints SET size = 0",
+        "DELETE FROM audit_checkpoints",
+        "UPDATE sop_versions SET rollback_path = 'none'",
+        "DELETE FROM sop_versions",
     ] {
         let error = sqlx::query(statement).execute(&db).await.unwrap_err();
         assert!(
@@ -586,4 +591,130 @@ async fn an_agent_credential_reading_the_log_sees_only_the_terse_view() {
             (rejected.sequence, &rejected.digest)
         );
     }
+}
+
+/// The chain covers the record; the store keeps copies of its fields that
+/// queries filter on and callers are answered from. A copy changed under
+/// the store (the chain untouched) is named by sequence and column.
+#[tokio::test]
+async fn a_flipped_filter_column_is_a_mismatch_named_by_sequence_and_column() {
+    let (app, auditor) = logged_app(9).await;
+    let mut client = audit(&app, &auditor).await;
+    let rejected = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Reject as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    let victim = rejected.last().expect("a rejection").sequence;
+    tamper(
+        &app,
+        &[&format!(
+            "UPDATE audit_log SET outcome = 'approve' WHERE sequence = {victim}"
+        )],
+    )
+    .await;
+    let approved = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Approve as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        approved.iter().any(|e| e.sequence == victim),
+        "the flipped column is what the filter reads"
+    );
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "audit_log.outcome", "{report:?}");
+    assert!(report.detail.contains("audit_log.outcome"), "{report:?}");
+}
+
+/// A decision row and its proposal's state flipped to approved make
+/// `AwaitDecision` answer APPROVED; the log names the entry they disagree with.
+#[tokio::test]
+async fn a_flipped_decision_row_is_a_mismatch_though_the_chain_holds() {
+    let (app, auditor) = logged_app(9).await;
+    let mut client = audit(&app, &auditor).await;
+    let rejected = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Reject as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    let victim = rejected.last().expect("a rejection");
+    let db = app.raw_db().await;
+    for statement in [
+        "DROP TRIGGER decisions_are_append_only_update".to_owned(),
+        format!(
+            "UPDATE decisions SET outcome = 'approve' WHERE proposal_id = '{}'",
+            victim.proposal_id
+        ),
+        format!(
+            "UPDATE proposals SET state = 'approved' WHERE id = '{}'",
+            victim.proposal_id
+        ),
+    ] {
+        sqlx::query(&statement).execute(&db).await.unwrap();
+    }
+    let coordinator = app.key("acme", Role::Coordinator).await;
+    let answered = app
+        .await_decision(&coordinator, &victim.proposal_id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(answered.state, v1::ProposalState::Approved as i32);
+
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim.sequence, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "decisions.outcome", "{report:?}");
+
+    // The decision row alone put back: the proposal's state still disagrees.
+    sqlx::query(&format!(
+        "UPDATE decisions SET outcome = 'reject' WHERE proposal_id = '{}'",
+        victim.proposal_id
+    ))
+    .execute(&db)
+    .await
+    .unwrap();
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim.sequence, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "proposals.state", "{report:?}");
+}
+
+/// A refresh signs a checkpoint only when the log grew since the newest one;
+/// otherwise that one answers, and nothing is stored.
+#[tokio::test]
+async fn a_refresh_of_an_unchanged_log_answers_the_newest_checkpoint_and_stores_none() {
+    let (app, auditor) = logged_app(3).await;
+    let mut client = audit(&app, &auditor).await;
+    let first = checkpoint(&mut client, true).await;
+    assert_eq!(first.size, 3);
+    for _ in 0..3 {
+        assert_eq!(checkpoint(&mut client, true).await, first);
+    }
+    let db = app.raw_db().await;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_checkpoints")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+
+    let coordinator = app.key("acme", Role::Coordinator).await;
+    let mut spec = valid_spec();
+    spec.target = "ghost-new".into();
+    let id = app.submit_id(&coordinator, spec).await;
+    app.await_decision(&coordinator, &id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    wait_for_log(&app, &auditor, &id).await;
+    let grown = checkpoint(&mut client, true).await;
+    assert_eq!(grown.size, 4);
+    assert_ne!(grown.signature, first.signature);
+    assert_eq!(checkpoint(&mut client, false).await, grown);
 }

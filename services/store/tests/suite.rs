@@ -665,9 +665,18 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
         "tenant-scoped"
     );
 
+    // Each entry comes with the copies of its fields (filter columns, decision
+    // row, proposal), and they say what the chained record says.
     let mut verifier = Verifier::new();
     for entry in store.audit_range("a", 0, 100).await.unwrap() {
-        verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
+        let copies = entry.copies.as_ref().expect("the store's copies");
+        assert!(copies.decision.is_some() && copies.proposal.is_some());
+        verifier.push_checked(
+            entry.sequence,
+            &entry.digest,
+            Ok(entry.leaf()),
+            entry.check_copies(),
+        );
     }
     let verified = verifier.finish();
     assert!(verified.ok(), "{verified:?}");
@@ -681,12 +690,47 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
 
     let key = countersign_domain::audit::SigningKey::from_seed([1; 32]);
     let checkpoint = key.sign("a", 3, &a[0].digest, 5_000);
-    store.save_checkpoint(&checkpoint).await.unwrap();
+    assert_eq!(
+        store.save_checkpoint(&checkpoint).await.unwrap(),
+        checkpoint
+    );
     assert_eq!(
         store.latest_checkpoint("a").await.unwrap(),
-        Some(checkpoint)
+        Some(checkpoint.clone())
+    );
+    // The log has not grown: a later checkpoint of the same size is not
+    // kept, and the one there is answers.
+    for later in [6_000, 7_000] {
+        let unchanged = key.sign("a", 3, &a[0].digest, later);
+        assert_eq!(store.save_checkpoint(&unchanged).await.unwrap(), checkpoint);
+    }
+    assert_eq!(
+        store.latest_checkpoint("a").await.unwrap(),
+        Some(checkpoint.clone())
     );
     assert_eq!(store.latest_checkpoint("b").await.unwrap(), None);
+
+    // Once the log grew, a checkpoint is kept; two at once keep one.
+    let p = propose(&store, "a", "n9", BlastRadius::SingleDevice).await;
+    reject(&store, &p, 2_000).await;
+    assert_eq!(store.append_audit(100).await.unwrap(), 1);
+    let (size, head) = store.audit_head("a").await.unwrap();
+    assert_eq!(size, 4);
+    let racing = [8_000, 8_001].map(|at| {
+        let (store, grown) = (store.clone(), key.sign("a", size, &head, at));
+        tokio::spawn(async move { store.save_checkpoint(&grown).await.unwrap() })
+    });
+    let kept: Vec<_> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(kept[0], kept[1], "one kept, answered to both");
+    assert_eq!(kept[0].size, 4);
+    assert_eq!(
+        store.latest_checkpoint("a").await.unwrap(),
+        Some(kept[0].clone())
+    );
 }
 
 /// Appends that overlap (the sequencer, a second process, a drain at stop)

@@ -140,6 +140,7 @@ pub fn failure_to_proto(kind: FailureKind) -> v1::VerifyFailure {
         FailureKind::Reordered => v1::VerifyFailure::Reordered,
         FailureKind::Truncated => v1::VerifyFailure::Truncated,
         FailureKind::CheckpointMismatch => v1::VerifyFailure::CheckpointMismatch,
+        FailureKind::Mismatch => v1::VerifyFailure::Mismatch,
     }
 }
 
@@ -153,5 +154,9 @@ pub fn verification_to_proto(verification: &Verification) -> v1::VerifyLogRespon
         failure: failure.map_or(v1::VerifyFailure::Unspecified, |f| failure_to_proto(f.kind))
             as i32,
         detail: failure.map(|f| f.detail.clone()).unwrap_or_default(),
+        column: failure
+            .and_then(|f| f.column)
+            .unwrap_or_default()
+            .to_owned(),
     }
 }

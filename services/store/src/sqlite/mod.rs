@@ -330,12 +330,16 @@ impl Store for SqliteStore {
         audit::head(&self.reader, tenant).await
     }
 
-    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()> {
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
         audit::save_checkpoint(self.writer.pool(), checkpoint).await
     }
 
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
         audit::latest_checkpoint(&self.reader, tenant).await
+    }
+
+    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        audit::newest_checkpoint(&self.reader).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
