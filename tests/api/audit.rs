@@ -429,14 +429,19 @@ async fn a_checkpoint_verifies_under_the_service_key_and_fails_after_one_changed
 }
 
 #[tokio::test]
-async fn the_database_refuses_to_update_or_delete_decisions_and_log_entries() {
-    let (app, _) = logged_app(3).await;
+async fn the_database_refuses_to_change_decisions_log_entries_checkpoints_or_sop_versions() {
+    let (app, auditor) = logged_app(3).await;
+    checkpoint(&mut audit(&app, &auditor).await, true).await;
     let db = app.raw_db().await;
     for statement in [
         "UPDATE decisions SET reason = 'nothing to see'",
         "DELETE FROM decisions",
         "UPDATE audit_log SET record = '{}'",
         "DELETE FROM audit_log",
+        "UPDATE audit_checkpoints SET size = 0",
+        "DELETE FROM audit_checkpoints",
+        "UPDATE sop_versions SET rollback_path = 'none'",
+        "DELETE FROM sop_versions",
     ] {
         let error = sqlx::query(statement).execute(&db).await.unwrap_err();
         assert!(
@@ -530,4 +535,186 @@ async fn bad_paging_input_is_refused_with_the_field_named() {
         Code::InvalidArgument,
     );
     assert!(status.message().contains("proposal_id"), "{status:?}");
+}
+
+/// An agent credential sees the terse view of every decision, whatever its
+/// role: the log's reads give it no reason, gate details, missing gates,
+/// summary or record JSON (which holds them all), as `AwaitDecision` gives it none.
+#[tokio::test]
+async fn an_agent_credential_reading_the_log_sees_only_the_terse_view() {
+    let (app, auditor) = logged_app(6).await;
+    let people = all_pages(
+        &mut audit(&app, &auditor).await,
+        ListDecisionsRequest::default(),
+    )
+    .await;
+    let rejected = people
+        .iter()
+        .find(|e| e.decision.as_ref().unwrap().outcome == v1::DecisionOutcome::Reject as i32)
+        .expect("an unknown target is rejected");
+    let full = rejected.decision.as_ref().unwrap();
+    assert!(
+        !full.reason.is_empty() && !full.missing_gates.is_empty() && !full.gates.is_empty(),
+        "people see the reason: {full:?}"
+    );
+    assert!(rejected.record_json.contains(&full.reason));
+
+    for role in [Role::Auditor, Role::Admin] {
+        let agent = app.agent_key("acme", role).await;
+        let mut client = audit(&app, &agent).await;
+        let listed = all_pages(&mut client, ListDecisionsRequest::default()).await;
+        let got = client
+            .get_decision(GetDecisionRequest {
+                proposal_id: rejected.proposal_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(listed.len(), people.len(), "{role}");
+        for entry in listed.iter().chain([&got]) {
+            let d = entry.decision.as_ref().unwrap();
+            assert!(
+                d.reason.is_empty()
+                    && d.gates.is_empty()
+                    && d.missing_gates.is_empty()
+                    && d.summary.is_empty(),
+                "{role}: {d:?}"
+            );
+            assert_eq!(entry.record_json, "", "{role}: the record holds the reason");
+        }
+        let terse = got.decision.unwrap();
+        assert_eq!(terse.outcome, v1::DecisionOutcome::Reject as i32);
+        assert_eq!(terse.agent_message, full.agent_message);
+        assert!(terse.agent_message.contains("Do not retry"), "{terse:?}");
+        assert_eq!(
+            (got.sequence, &got.digest),
+            (rejected.sequence, &rejected.digest)
+        );
+    }
+}
+
+/// The chain covers the record; the store keeps copies of its fields that
+/// queries filter on and callers are answered from. A copy changed under
+/// the store (the chain untouched) is named by sequence and column.
+#[tokio::test]
+async fn a_flipped_filter_column_is_a_mismatch_named_by_sequence_and_column() {
+    let (app, auditor) = logged_app(9).await;
+    let mut client = audit(&app, &auditor).await;
+    let rejected = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Reject as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    let victim = rejected.last().expect("a rejection").sequence;
+    tamper(
+        &app,
+        &[&format!(
+            "UPDATE audit_log SET outcome = 'approve' WHERE sequence = {victim}"
+        )],
+    )
+    .await;
+    let approved = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Approve as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        approved.iter().any(|e| e.sequence == victim),
+        "the flipped column is what the filter reads"
+    );
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "audit_log.outcome", "{report:?}");
+    assert!(report.detail.contains("audit_log.outcome"), "{report:?}");
+}
+
+/// A decision row and its proposal's state flipped to approved make
+/// `AwaitDecision` answer APPROVED; the log names the entry they disagree with.
+#[tokio::test]
+async fn a_flipped_decision_row_is_a_mismatch_though_the_chain_holds() {
+    let (app, auditor) = logged_app(9).await;
+    let mut client = audit(&app, &auditor).await;
+    let rejected = all_pages(
+        &mut client,
+        ListDecisionsRequest {
+            outcome: v1::DecisionOutcome::Reject as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    let victim = rejected.last().expect("a rejection");
+    let db = app.raw_db().await;
+    for statement in [
+        "DROP TRIGGER decisions_are_append_only_update".to_owned(),
+        format!(
+            "UPDATE decisions SET outcome = 'approve' WHERE proposal_id = '{}'",
+            victim.proposal_id
+        ),
+        format!(
+            "UPDATE proposals SET state = 'approved' WHERE id = '{}'",
+            victim.proposal_id
+        ),
+    ] {
+        sqlx::query(&statement).execute(&db).await.unwrap();
+    }
+    let coordinator = app.key("acme", Role::Coordinator).await;
+    let answered = app
+        .await_decision(&coordinator, &victim.proposal_id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(answered.state, v1::ProposalState::Approved as i32);
+
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim.sequence, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "decisions.outcome", "{report:?}");
+
+    // The decision row alone put back: the proposal's state still disagrees.
+    sqlx::query(&format!(
+        "UPDATE decisions SET outcome = 'reject' WHERE proposal_id = '{}'",
+        victim.proposal_id
+    ))
+    .execute(&db)
+    .await
+    .unwrap();
+    let report = verify(&mut client, None).await;
+    assert_fails_at(&report, victim.sequence, VerifyFailure::Mismatch);
+    assert_eq!(report.column, "proposals.state", "{report:?}");
+}
+
+/// A refresh signs a checkpoint only when the log grew since the newest one;
+/// otherwise that one answers, and nothing is stored.
+#[tokio::test]
+async fn a_refresh_of_an_unchanged_log_answers_the_newest_checkpoint_and_stores_none() {
+    let (app, auditor) = logged_app(3).await;
+    let mut client = audit(&app, &auditor).await;
+    let first = checkpoint(&mut client, true).await;
+    assert_eq!(first.size, 3);
+    for _ in 0..3 {
+        assert_eq!(checkpoint(&mut client, true).await, first);
+    }
+    let db = app.raw_db().await;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM audit_checkpoints")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1);
+
+    let coordinator = app.key("acme", Role::Coordinator).await;
+    let mut spec = valid_spec();
+    spec.target = "ghost-new".into();
+    let id = app.submit_id(&coordinator, spec).await;
+    app.await_decision(&coordinator, &id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    wait_for_log(&app, &auditor, &id).await;
+    let grown = checkpoint(&mut client, true).await;
+    assert_eq!(grown.size, 4);
+    assert_ne!(grown.signature, first.signature);
+    assert_eq!(checkpoint(&mut client, false).await, grown);
 }

@@ -624,12 +624,43 @@ fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoin
         &admin,
     );
     assert!(ok, "{err}");
-    assert!(csv.starts_with("sequence,decided_at,proposal_id"), "{csv}");
-    assert_eq!(csv.lines().count(), 2, "{csv}");
     assert!(
-        csv.contains(",node-92,") && csv.contains(",reject,"),
+        csv.starts_with("\"sequence\",\"decided_at\",\"proposal_id\""),
         "{csv}"
     );
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.contains(",\"node-92\",") && csv.contains(",\"reject\","),
+        "{csv}"
+    );
+    assert!(csv.contains("target node-92 is unknown"), "{csv}");
+
+    // An agent credential's export carries the terse view: no reason, no record.
+    let (ok, agent_key, err) = countersign(
+        dir.path(),
+        &[
+            "admin", "key", "create", "--tenant", "default", "--role", "auditor", "--agent",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    let agent = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", agent_key.trim()),
+    ];
+    for format in ["--csv", "--json"] {
+        let (ok, out, err) = countersign(dir.path(), &["decisions", "--all", format], &agent);
+        assert!(ok, "{err}");
+        assert_eq!(
+            out.lines().count(),
+            3 + usize::from(format == "--csv"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("is unknown") && !out.contains("target_state"),
+            "{format}: {out}"
+        );
+    }
 
     let (ok, checkpoint, err) = countersign(dir.path(), &["checkpoint", "--refresh"], &admin);
     assert!(ok, "{err}");
@@ -736,4 +767,128 @@ fn an_api_key_flag_beats_the_key_in_the_environment() {
         ],
     );
     assert!(ok, "--api-key beats COUNTERSIGN_API_KEY_FILE: {out}{err}");
+}
+
+/// Starts `serve` expecting it to refuse: its error output. A server that
+/// starts instead is stopped and the test fails.
+fn refused_start(dir: &Path, extra: &[&str]) -> String {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env_remove("COUNTERSIGN_DATA_DIR")
+        .env_remove("COUNTERSIGN_SIGNING_KEY")
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start countersign serve");
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            let output = child.wait_with_output().unwrap();
+            assert!(!output.status.success(), "serve exited 0");
+            return String::from_utf8_lossy(&output.stderr).into_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("serve started; it should have refused");
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The first admin key and the signing key belong with the database: beside
+/// its SQLite file, wherever `serve` or `admin` runs from. `admin signing-key
+/// show` never makes a key, and `serve` never starts with a key other than
+/// the one that signed the database's checkpoints.
+#[test]
+fn key_files_live_beside_the_database_and_serve_keeps_the_key_that_signed_its_checkpoints() {
+    let root = tempfile::tempdir().unwrap();
+    let (data, elsewhere) = (root.path().join("data"), root.path().join("elsewhere"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let url = format!("sqlite://{}", data.join("cs.db").display());
+    let show = [
+        "admin",
+        "signing-key",
+        "show",
+        "--database-url",
+        url.as_str(),
+    ];
+
+    let (ok, _, err) = countersign(&data, &show, &[]);
+    assert!(!ok && err.contains("no signing key"), "{err}");
+    assert!(err.contains("serve"), "says where a key comes from: {err}");
+    assert!(!data.join("signing.key").exists(), "show created a key");
+
+    let server = serve_with(&elsewhere, &["--database-url", &url]);
+    for file in [
+        "admin.key",
+        "signing.key",
+        "cs.db",
+        "cs.db-wal",
+        "cs.db-shm",
+    ] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file} is owner-only");
+    }
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing is written where serve started"
+    );
+    let (ok, public_key, err) = countersign(&elsewhere, &show, &[]);
+    assert!(ok, "{err}");
+    let public_key = public_key.trim().to_owned();
+    assert_eq!(countersign(&data, &show, &[]).1.trim(), public_key);
+
+    let admin_key = std::fs::read_to_string(data.join("admin.key")).unwrap();
+    let admin = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", admin_key.trim()),
+    ];
+    let (ok, checkpoint, err) = countersign(&elsewhere, &["checkpoint", "--refresh"], &admin);
+    assert!(ok && checkpoint.contains(&public_key), "{checkpoint}{err}");
+    drop(server);
+
+    // The key that signed the checkpoints is gone: serve refuses, and makes
+    // no other in its place.
+    let kept = data.join("signing.key.kept");
+    std::fs::rename(data.join("signing.key"), &kept).unwrap();
+    let err = refused_start(&elsewhere, &["--database-url", &url]);
+    assert!(
+        err.contains("does not exist") && err.contains(&public_key),
+        "{err}"
+    );
+    assert!(!data.join("signing.key").exists(), "serve made a new key");
+
+    // Another key in its place: refused, naming both.
+    let other = countersign_domain::audit::SigningKey::from_seed([9; 32]);
+    std::fs::write(data.join("signing.key"), hex_seed(9)).unwrap();
+    let err = refused_start(&elsewhere, &["--database-url", &url]);
+    assert!(
+        err.contains(&public_key) && err.contains(&other.public_hex()),
+        "{err}"
+    );
+    let err = refused_start(
+        &elsewhere,
+        &["--database-url", &url, "--signing-key", &hex_seed(9)],
+    );
+    assert!(err.contains(&public_key), "{err}");
+
+    // The right key back: it starts.
+    std::fs::rename(&kept, data.join("signing.key")).unwrap();
+    let _server = serve_with(&elsewhere, &["--database-url", &url]);
+}
+
+/// A 32-byte seed of `byte`, as hex.
+fn hex_seed(byte: u8) -> String {
+    format!("{byte:02x}").repeat(32)
 }

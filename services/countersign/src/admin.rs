@@ -37,8 +37,8 @@ pub enum AdminCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum SigningKeyCommand {
-    /// Print the public key (hex) that verifies checkpoints (creates the key
-    /// file on first use, as `serve` would).
+    /// Print the public key (hex) that verifies checkpoints (the key `serve`
+    /// signs with; this command never creates one).
     Show,
 }
 
@@ -144,8 +144,18 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
         command: SigningKeyCommand::Show,
     } = &command
     {
-        // No database needed: the key is configuration.
-        println!("{}", signing.load(&store_args.data_dir)?.public_hex());
+        // No database needed: the key is configuration. It is only read:
+        // `serve` creates it, beside the database it signs for.
+        let key_dir = store_args.key_dir()?;
+        let key = signing.read(&key_dir)?.ok_or_else(|| {
+            let path = signing.file(&key_dir).unwrap_or_default();
+            anyhow::anyhow!(
+                "no signing key at {}: `countersign serve` creates it on its first start \
+                 with this database, or give it as --signing-key / COUNTERSIGN_SIGNING_KEY",
+                path.display()
+            )
+        })?;
+        println!("{}", key.public_hex());
         return Ok(());
     }
     let store = store_args.open().await?;

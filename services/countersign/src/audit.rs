@@ -50,7 +50,8 @@ pub struct DecisionsArgs {
     /// Every page, not just the first (`--all --json` is the export `verify` reads).
     #[arg(long)]
     pub all: bool,
-    /// Comma-separated values with a header line.
+    /// Comma-separated values with a header line, every field quoted; a field
+    /// that a spreadsheet would take for a formula starts with `'`.
     #[arg(long, conflicts_with = "json")]
     pub csv: bool,
 }
@@ -100,15 +101,22 @@ fn export_line(entry: &v1::AuditEntry) -> anyhow::Result<String> {
     .to_string())
 }
 
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_owned()
-    }
-}
-
-const CSV_HEADER: &str = "sequence,decided_at,proposal_id,action,target,operator,submitted_by,blast_radius,outcome,sop_id,sop_version,missing_gates,reason,digest";
+const CSV_HEADER: [&str; 14] = [
+    "sequence",
+    "decided_at",
+    "proposal_id",
+    "action",
+    "target",
+    "operator",
+    "submitted_by",
+    "blast_radius",
+    "outcome",
+    "sop_id",
+    "sop_version",
+    "missing_gates",
+    "reason",
+    "digest",
+];
 
 /// An entry's decision and its decision time.
 fn decided(entry: &v1::AuditEntry) -> (v1::Decision, i64) {
@@ -121,7 +129,8 @@ fn decided(entry: &v1::AuditEntry) -> (v1::Decision, i64) {
     (d, at)
 }
 
-fn csv_line(entry: &v1::AuditEntry) -> String {
+/// An entry's CSV fields, in [`CSV_HEADER`]'s order.
+fn csv_fields(entry: &v1::AuditEntry) -> [String; 14] {
     let (d, decided) = decided(entry);
     [
         entry.sequence.to_string(),
@@ -149,10 +158,45 @@ fn csv_line(entry: &v1::AuditEntry) -> String {
         d.reason.clone(),
         entry.digest.clone(),
     ]
-    .iter()
-    .map(|f| csv_field(f))
-    .collect::<Vec<_>>()
-    .join(",")
+}
+
+/// Where `decisions` writes entries: lines (text or JSON), or CSV with a
+/// header, whose fields come from callers and so are neutralised.
+enum Sink<W: Write> {
+    Lines { out: W, json: bool },
+    Csv(Box<csv::Writer<W>>),
+}
+
+impl<W: Write> Sink<W> {
+    fn new(out: W, json: bool, csv: bool) -> anyhow::Result<Sink<W>> {
+        if !csv {
+            return Ok(Sink::Lines { out, json });
+        }
+        let mut writer = output::csv_writer(out);
+        writer.write_record(CSV_HEADER)?;
+        Ok(Sink::Csv(Box::new(writer)))
+    }
+
+    fn entry(&mut self, entry: &v1::AuditEntry) -> anyhow::Result<()> {
+        match self {
+            Sink::Lines { out, json: true } => writeln!(out, "{}", export_line(entry)?)?,
+            Sink::Lines { out, json: false } => writeln!(out, "{}", text_line(entry))?,
+            Sink::Csv(writer) => {
+                let fields = csv_fields(entry);
+                let cells: Vec<_> = fields.iter().map(|f| output::csv_cell(f)).collect();
+                writer.write_record(cells.iter().map(|cell| cell.as_bytes()))?
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        match self {
+            Sink::Lines { out, .. } => out.flush()?,
+            Sink::Csv(writer) => writer.flush()?,
+        }
+        Ok(())
+    }
 }
 
 fn text_line(entry: &v1::AuditEntry) -> String {
@@ -196,21 +240,11 @@ pub async fn run_decisions(conn: &ClientArgs, args: DecisionsArgs) -> anyhow::Re
         page_token: String::new(),
     };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    if args.csv {
-        writeln!(out, "{CSV_HEADER}")?;
-    }
+    let mut out = Sink::new(std::io::BufWriter::new(stdout.lock()), conn.json, args.csv)?;
     loop {
         let page = client.list_decisions(request.clone()).await?.into_inner();
         for entry in &page.entries {
-            let line = if conn.json {
-                export_line(entry)?
-            } else if args.csv {
-                csv_line(entry)
-            } else {
-                text_line(entry)
-            };
-            writeln!(out, "{line}")?;
+            out.entry(entry)?;
         }
         if page.next_page_token.is_empty() {
             break;
@@ -359,4 +393,59 @@ pub async fn run_verify(conn: &ClientArgs, args: VerifyArgs) -> anyhow::Result<(
         &kind,
         &r.detail,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields that come from callers (target, operator, reason, …) never
+    /// reach a spreadsheet as formulas.
+    #[test]
+    fn the_csv_export_quotes_every_field_and_neutralises_formulas() {
+        let entry = v1::AuditEntry {
+            sequence: 7,
+            digest: "ab".repeat(32),
+            proposal_id: "01KB".into(),
+            action: "host_restart_service".into(),
+            target: "=cmd|' /C calc'!A0".into(),
+            operator: "@op".into(),
+            submitted_by: "+bot".into(),
+            blast_radius: v1::BlastRadius::SingleDevice as i32,
+            decision: Some(v1::Decision {
+                outcome: v1::DecisionOutcome::Reject as i32,
+                reason: "-1, \"unknown\"\ntarget".into(),
+                sop_id: "\tSOP".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut sink = Sink::new(Vec::new(), false, true).unwrap();
+        sink.entry(&entry).unwrap();
+        let Sink::Csv(writer) = sink else {
+            panic!("a CSV sink")
+        };
+        let text = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        assert_eq!(
+            reader.headers().unwrap(),
+            &csv::StringRecord::from(CSV_HEADER.to_vec())
+        );
+        let row = reader.records().next().unwrap().unwrap();
+        let field = |name: &str| &row[CSV_HEADER.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(field("target"), "'=cmd|' /C calc'!A0");
+        assert_eq!(field("operator"), "'@op");
+        assert_eq!(field("submitted_by"), "'+bot");
+        assert_eq!(field("reason"), "'-1, \"unknown\"\ntarget");
+        assert_eq!(field("sop_id"), "'\tSOP");
+        assert_eq!(field("outcome"), "reject");
+        assert_eq!(field("sequence"), "7");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .starts_with("\"sequence\",\"decided_at\""),
+            "{text}"
+        );
+    }
 }

@@ -100,19 +100,28 @@ impl Backends {
                  the review queue is embedded in the database (unset it)"
             );
         }
-        if config.database.url.is_none() {
-            config.store_args().ensure_data_dir()?;
-        }
-        let sqlite = SqliteStore::connect(&url)
-            .await
-            .context("opening the database")?;
-        sqlite.migrate().await.context("running migrations")?;
+        let sqlite = open_sqlite(config).await?;
         let queue = EmbeddedQueue::new(sqlite.writer());
         Ok(Backends::Embedded {
             store: Arc::new(sqlite),
             queue: Arc::new(queue),
         })
     }
+}
+
+/// The embedded database, migrated, committing as configured
+/// (`database.sqlite_synchronous`).
+async fn open_sqlite(config: &Config) -> anyhow::Result<SqliteStore> {
+    if config.database.url.is_none() {
+        config.store_args().ensure_data_dir()?;
+    }
+    let synchronous = config.database.sqlite_synchronous;
+    let sqlite = SqliteStore::connect_with(&config.database_url(), synchronous.into())
+        .await
+        .context("opening the database")?;
+    sqlite.migrate().await.context("running migrations")?;
+    tracing::info!(synchronous = ?synchronous, "embedded database");
+    Ok(sqlite)
 }
 
 impl Production {
@@ -147,5 +156,30 @@ impl Production {
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use countersign_store::Synchronous;
+
+    use super::*;
+    use crate::config::SqliteSynchronous;
+
+    /// `database.sqlite_synchronous` is the setting the embedded database's
+    /// writer commits with: FULL unless NORMAL is asked for.
+    #[tokio::test]
+    async fn the_embedded_database_commits_as_configured() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            data_dir: Some(dir.path().to_path_buf()),
+            ..Config::default()
+        };
+        let full = open_sqlite(&config).await.unwrap();
+        assert_eq!(full.synchronous().await.unwrap(), Synchronous::Full);
+        drop(full);
+        config.database.sqlite_synchronous = SqliteSynchronous::Normal;
+        let normal = open_sqlite(&config).await.unwrap();
+        assert_eq!(normal.synchronous().await.unwrap(), Synchronous::Normal);
     }
 }

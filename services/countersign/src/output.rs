@@ -181,9 +181,79 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
     })
 }
 
+/// A CSV export's writer: RFC 4180, every field quoted (OWASP's guidance on
+/// CSV injection; cells go through [`csv_cell`]).
+pub fn csv_writer<W: std::io::Write>(out: W) -> csv::Writer<W> {
+    csv::WriterBuilder::new()
+        .quote_style(csv::QuoteStyle::Always)
+        .from_writer(out)
+}
+
+/// A cell a spreadsheet would take for a formula (it starts with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return) gets a leading single quote, so it
+/// is shown as the text it is and never evaluated.
+pub fn csv_cell(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}").into()
+    } else {
+        text.into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formula_cells_are_neutralised_and_every_field_quoted() {
+        let mut writer = csv_writer(Vec::new());
+        let cells = [
+            "=HYPERLINK(\"http://x\",\"y\")",
+            "+1",
+            "-2+3",
+            "@SUM(A1)",
+            "\tcmd",
+            "\r=1",
+            "node-01",
+            "a, \"quoted\"\nline",
+            "",
+        ];
+        writer
+            .write_record(cells.iter().map(|c| csv_cell(c).into_owned()))
+            .unwrap();
+        let text = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+        assert!(text.starts_with("\"'=HYPERLINK(\"\"http://x\"\""), "{text}");
+        let read: Vec<String> = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(text.as_bytes())
+            .records()
+            .next()
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            read,
+            [
+                "'=HYPERLINK(\"http://x\",\"y\")",
+                "'+1",
+                "'-2+3",
+                "'@SUM(A1)",
+                "'\tcmd",
+                "'\r=1",
+                "node-01",
+                "a, \"quoted\"\nline",
+                "",
+            ]
+        );
+        assert!(
+            text.contains(",\"'+1\",")
+                && text.contains(",\"node-01\",")
+                && text.ends_with(",\"\"\n"),
+            "every field quoted: {text}"
+        );
+    }
 
     #[test]
     fn passwords_in_database_urls_are_masked() {

@@ -6,6 +6,7 @@ use countersign_api::{
     ApiConfig, Application, HealthOnly, RateLimit, Timeouts, fanout::WatchConfig,
     suppression::SuppressionConfig,
 };
+use countersign_domain::audit::SigningKey;
 use countersign_reviewer::ReviewerConfig;
 
 use crate::{
@@ -33,8 +34,8 @@ fn reviewer_config(config: &Config) -> ReviewerConfig {
     }
 }
 
-fn api_config(config: &Config) -> anyhow::Result<ApiConfig> {
-    Ok(ApiConfig {
+fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
+    ApiConfig {
         listen: config.listen,
         rate_limit: RateLimit {
             per_second: config.api.rate_limit_per_second,
@@ -56,9 +57,9 @@ fn api_config(config: &Config) -> anyhow::Result<ApiConfig> {
             ttl: config.suppression.ttl,
             ..SuppressionConfig::default()
         },
-        signing_key: Some(config.signing_args().load(&config.data_dir)?),
+        signing_key: Some(signing_key),
         checkpoint_every: config.audit.checkpoint_every,
-    })
+    }
 }
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -85,8 +86,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         role = ?config.role,
         "database ready"
     );
+    // The key files belong with the database: beside an SQLite file, else in
+    // the data directory given.
+    let key_dir = config.store_args().key_dir()?;
     if let Some(bootstrap) = store.bootstrap().await? {
-        let path = write_admin_key(&config.data_dir, &bootstrap.key)?;
+        let path = write_admin_key(&key_dir, &bootstrap.key)?;
         tracing::info!(
             tenant = %bootstrap.tenant,
             key_id = %bootstrap.key_id,
@@ -94,6 +98,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "first start: created tenant and wrote its admin key"
         );
     }
+    // The API signs checkpoints: with the key that signed the database's
+    // newest one, or (none yet) a key of its own.
+    let signing_key = match config.role {
+        Role::Worker => None,
+        Role::All | Role::Api => {
+            let newest = store.newest_checkpoint().await?;
+            Some(
+                config
+                    .signing_args()
+                    .load_for_serve(&key_dir, newest.as_ref())?,
+            )
+        }
+    };
     let metrics = MetricsEndpoint::bind(config.metrics.listen, recorder).await?;
     let metrics_addr = metrics.local_addr();
     let background = Background::start(backends, config.role, reviewer_config(&config));
@@ -115,7 +132,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             health.run_until_stopped(stopping()).await?;
             return anyhow::Ok(());
         }
-        let mut app = Application::build(api_config(&config)?, store).await?;
+        let signing_key = signing_key.expect("the API's roles load the signing key");
+        let mut app = Application::build(api_config(&config, signing_key), store).await?;
         if let Some(peers) = peers {
             app = app.with_peers(peers);
         }

@@ -11,6 +11,7 @@
 //! [`verify`] recomputes a chain and names the first entry that does not hold.
 
 mod checkpoint;
+mod copies;
 pub mod time_index;
 mod verify;
 
@@ -20,6 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::{BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision};
 
 pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message};
+pub use copies::{CopyCheck, DecisionColumns, LogColumns, ProposalColumns, StoredCopies};
 pub use verify::{Failure, FailureKind, Verification, Verifier};
 
 /// A 32-byte SHA-256 value.
@@ -94,12 +96,14 @@ pub struct AuditFilter {
 }
 
 /// An entry as stored, unparsed: verification hashes exactly these bytes
-/// (the store writes `AuditRecord::canonical_json`).
+/// (the store writes `AuditRecord::canonical_json`), and checks the copies of
+/// its fields the store keeps beside it, where they come with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry {
     pub sequence: u64,
     pub digest: String,
     pub record: String,
+    pub copies: Option<StoredCopies>,
 }
 
 impl StoredEntry {
@@ -107,6 +111,13 @@ impl StoredEntry {
     /// even one that leaves the JSON's meaning alone, shows.
     pub fn leaf(&self) -> Hash {
         leaf_hash(self.record.as_bytes())
+    }
+
+    /// What the entry's copies say beside its record (`None` without copies).
+    pub fn check_copies(&self) -> Option<Result<CopyCheck, String>> {
+        self.copies
+            .as_ref()
+            .map(|copies| copies.check(&self.record))
     }
 }
 

@@ -24,7 +24,7 @@ pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, refer
 pub use error::StoreError;
 pub use outbox::Outbox;
 pub use postgres::PostgresStore;
-pub use sqlite::{SqliteStore, SqliteWriter};
+pub use sqlite::{SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
     RecentRejection, RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant,
@@ -188,12 +188,20 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<AuditEntry>>;
     /// The log entry of one proposal's decision.
     async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>>;
-    /// Entries after sequence `after`, oldest first, exactly as stored.
+    /// Entries after sequence `after`, oldest first, exactly as stored, each
+    /// with the copies of its record's fields the store keeps beside it (its
+    /// filter columns, its decision row, its proposal's columns and state).
     async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>>;
     /// The newest entry's `(sequence, digest hex)`; `(0, 64 zeros)` when empty.
     async fn audit_head(&self, tenant: &str) -> Result<(u64, String)>;
-    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()>;
+    /// Keeps `checkpoint` unless the tenant has one of at least its size (the
+    /// log has not grown since); returns the one kept: `checkpoint`, or the
+    /// newest there was. Two saves at once keep one.
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint>;
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>>;
+    /// The newest checkpoint of any tenant (what `serve` checks its signing
+    /// key against at start).
+    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>>;
 
     /// State changes as they commit in this process (a wake-up signal; the
     /// events table is the record).

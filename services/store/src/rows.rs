@@ -4,8 +4,8 @@
 use countersign_domain::{
     Decision, GateResult, Sop, Target,
     audit::{
-        AuditEntry, AuditRecord, Checkpoint, EMPTY_HEAD, Hash, Proposed, parse_hash,
-        time_index::Tide,
+        AuditEntry, AuditRecord, Checkpoint, DecisionColumns, EMPTY_HEAD, Hash, LogColumns,
+        ProposalColumns, Proposed, StoredCopies, StoredEntry, parse_hash, time_index::Tide,
     },
 };
 use sqlx::Row;
@@ -249,6 +249,83 @@ pub(crate) fn entry_from_row(row: &impl Columns) -> Result<AuditEntry> {
         digest: row.text("digest")?,
         record: serde_json::from_str(&row.text("record")?)
             .map_err(|e| corrupt(format!("audit entry {sequence}: {e}")))?,
+    })
+}
+
+/// The select list of [`stored_entry_from_row`]: an `audit_log` row `a` with
+/// its decision `d` and proposal `p` (both LEFT JOINed: a missing row is
+/// NULL), the joined tables' columns prefixed `d_` and `p_`.
+pub(crate) const STORED_ENTRY_COLUMNS: &str = "a.sequence, a.digest, a.record, a.tenant,
+    a.proposal_id, a.decided_at, a.action, a.target, a.operator, a.submitted_by, a.outcome,
+    a.blast_radius, a.sop_id, a.decided_max, a.lateness_max,
+    d.proposal_id AS d_proposal_id, d.tenant AS d_tenant, d.outcome AS d_outcome,
+    d.reason AS d_reason, d.agent_message AS d_agent_message, d.sop_id AS d_sop_id,
+    d.sop_version AS d_sop_version, d.rollback_path AS d_rollback_path,
+    d.gates_json AS d_gates_json, d.missing_gates_json AS d_missing_gates_json,
+    d.reviewer AS d_reviewer, d.decided_at AS d_decided_at, d.summary AS d_summary,
+    d.review_latency_ms AS d_review_latency_ms,
+    p.id AS p_id, p.tenant AS p_tenant, p.state AS p_state, p.action AS p_action,
+    p.target AS p_target, p.operator AS p_operator, p.submitted_by AS p_submitted_by,
+    p.blast_radius AS p_blast_radius";
+
+/// An entry exactly as stored, with the copies of its record's fields kept
+/// beside it ([`STORED_ENTRY_COLUMNS`]).
+pub(crate) fn stored_entry_from_row(row: &impl Columns) -> Result<StoredEntry> {
+    let log = LogColumns {
+        tenant: row.text("tenant")?,
+        proposal_id: row.text("proposal_id")?,
+        decided_at: row.int("decided_at")?,
+        action: row.text("action")?,
+        target: row.text("target")?,
+        operator: row.text("operator")?,
+        submitted_by: row.text("submitted_by")?,
+        outcome: row.text("outcome")?,
+        blast_radius: row.text("blast_radius")?,
+        sop_id: row.opt_text("sop_id")?,
+        decided_max: row.int("decided_max")?,
+        lateness_max: row.int("lateness_max")?,
+    };
+    let d = Prefixed(row, "d_");
+    let decision = match d.opt_text("proposal_id")? {
+        None => None,
+        Some(_) => Some(DecisionColumns {
+            tenant: d.text("tenant")?,
+            outcome: d.text("outcome")?,
+            reason: d.text("reason")?,
+            agent_message: d.text("agent_message")?,
+            sop_id: d.opt_text("sop_id")?,
+            sop_version: d.opt_int("sop_version")?,
+            rollback_path: d.opt_text("rollback_path")?,
+            gates_json: d.text("gates_json")?,
+            missing_gates_json: d.text("missing_gates_json")?,
+            reviewer: d.text("reviewer")?,
+            decided_at: d.int("decided_at")?,
+            summary: d.text("summary")?,
+            review_latency_ms: d.int("review_latency_ms")?,
+        }),
+    };
+    let p = Prefixed(row, "p_");
+    let proposal = match p.opt_text("id")? {
+        None => None,
+        Some(_) => Some(ProposalColumns {
+            tenant: p.text("tenant")?,
+            state: p.text("state")?,
+            action: p.text("action")?,
+            target: p.text("target")?,
+            operator: p.text("operator")?,
+            submitted_by: p.text("submitted_by")?,
+            blast_radius: p.text("blast_radius")?,
+        }),
+    };
+    Ok(StoredEntry {
+        sequence: row.int("sequence")? as u64,
+        digest: row.text("digest")?,
+        record: row.text("record")?,
+        copies: Some(StoredCopies {
+            log,
+            decision,
+            proposal,
+        }),
     })
 }
 

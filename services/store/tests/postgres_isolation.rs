@@ -1,6 +1,7 @@
 //! PostgreSQL only: the second line of tenant isolation (row-level security,
-//! probed with raw SQL as the service role), the role checks at connect, and
-//! append-only decisions.
+//! probed with raw SQL as the service role), the role checks at connect,
+//! append-only history (decisions, the log, checkpoints, SOP versions), and
+//! copies changed under the store named by the log's verification.
 
 #[path = "support/postgres.rs"]
 mod support;
@@ -28,7 +29,12 @@ const TENANT_TABLES: &[(&str, &str)] = &[
 ];
 
 /// Tables the service role may not delete from at all (see below).
-const APPEND_ONLY: &[&str] = &["decisions", "audit_log", "audit_checkpoints"];
+const APPEND_ONLY: &[&str] = &[
+    "decisions",
+    "audit_log",
+    "audit_checkpoints",
+    "sop_versions",
+];
 
 fn spec() -> ProposalSpec {
     ProposalSpec {
@@ -177,7 +183,7 @@ async fn with_tenant_a_set_no_row_of_tenant_b_is_read_or_written() {
             count(&mut tx, table, column, Some("a")).await,
             "{table}: an unfiltered read sees a's rows only"
         );
-        // (Decisions and the log: the service role may not delete at all; see below.)
+        // (Append-only history: the service role may not delete at all; see below.)
         if !APPEND_ONLY.contains(table) {
             let deleted = sqlx::query(&format!("DELETE FROM {table} WHERE {column} = 'b'"))
                 .execute(&mut *tx)
@@ -336,7 +342,7 @@ async fn an_unmigrated_database_is_refused_with_the_way_to_migrate_it() {
 }
 
 #[tokio::test]
-async fn decisions_and_their_log_cannot_be_updated_or_deleted_by_the_service_role() {
+async fn history_cannot_be_updated_or_deleted_by_the_service_role_or_the_owner() {
     let db = TestDatabase::migrated().await;
     let store = db.store().await;
     let id = populate(&store, "a").await;
@@ -348,7 +354,12 @@ async fn decisions_and_their_log_cannot_be_updated_or_deleted_by_the_service_rol
         "UPDATE audit_log SET record = '{}' WHERE proposal_id = $1",
         "DELETE FROM audit_log WHERE proposal_id = $1",
         "TRUNCATE audit_log",
+        "UPDATE audit_checkpoints SET size = 0",
         "DELETE FROM audit_checkpoints",
+        "TRUNCATE audit_checkpoints",
+        "UPDATE sop_versions SET rollback_path = 'none'",
+        "DELETE FROM sop_versions",
+        "TRUNCATE sop_versions",
     ] {
         let mut tx = conn.begin().await.unwrap();
         set_tenant(&mut tx, "a").await;
@@ -369,6 +380,12 @@ async fn decisions_and_their_log_cannot_be_updated_or_deleted_by_the_service_rol
         "UPDATE audit_log SET record = '{}'",
         "DELETE FROM audit_log",
         "TRUNCATE audit_log",
+        "UPDATE audit_checkpoints SET size = 0",
+        "DELETE FROM audit_checkpoints",
+        "TRUNCATE audit_checkpoints",
+        "UPDATE sop_versions SET rollback_path = 'none'",
+        "DELETE FROM sop_versions",
+        "TRUNCATE sop_versions",
     ] {
         let mut tx = owner.begin().await.unwrap();
         sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
@@ -391,4 +408,86 @@ async fn decisions_and_their_log_cannot_be_updated_or_deleted_by_the_service_rol
         store.get_audit("a", &id).await.unwrap().unwrap().sequence,
         1
     );
+}
+
+/// Copies of a record's fields changed under the store by the owner (who may
+/// switch the triggers off) leave every link of the chain intact; the copies
+/// the store reads with the log disagree with the record, and verification
+/// names the entry and the column.
+#[tokio::test]
+async fn a_copy_changed_under_the_store_is_a_mismatch_named_by_its_column() {
+    use countersign_domain::audit::{FailureKind, Verifier};
+
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    let id = populate(&store, "a").await;
+    let verify = || async {
+        let mut verifier = Verifier::new();
+        for entry in store.audit_range("a", 0, 100).await.unwrap() {
+            verifier.push_checked(
+                entry.sequence,
+                &entry.digest,
+                Ok(entry.leaf()),
+                entry.check_copies(),
+            );
+        }
+        verifier.finish()
+    };
+    assert!(verify().await.ok());
+
+    let mut owner = db.owner_connection().await;
+    for (tamper, column) in [
+        (
+            "UPDATE audit_log SET outcome = 'approve' WHERE proposal_id = $1",
+            "audit_log.outcome",
+        ),
+        (
+            "UPDATE decisions SET outcome = 'approve' WHERE proposal_id = $1",
+            "decisions.outcome",
+        ),
+        (
+            "UPDATE proposals SET state = 'approved' WHERE id = $1",
+            "proposals.state",
+        ),
+    ] {
+        let mut tx = owner.begin().await.unwrap();
+        for statement in [
+            "SELECT set_config('app.tenant_id', 'a', true)",
+            "ALTER TABLE audit_log DISABLE TRIGGER audit_log_is_append_only",
+            "ALTER TABLE decisions DISABLE TRIGGER decisions_are_append_only",
+        ] {
+            sqlx::query(statement).execute(&mut *tx).await.unwrap();
+        }
+        sqlx::query(tamper)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let verified = verify().await;
+        let failure = verified.failure.expect(column);
+        assert_eq!(
+            (failure.sequence, failure.kind, failure.column),
+            (1, FailureKind::Mismatch, Some(column))
+        );
+        // Put back, for the next copy.
+        let undo = tamper
+            .replace("'approve'", "'reject'")
+            .replace("'approved'", "'rejected'");
+        let mut tx = owner.begin().await.unwrap();
+        for statement in [
+            "SELECT set_config('app.tenant_id', 'a', true)",
+            "ALTER TABLE audit_log DISABLE TRIGGER audit_log_is_append_only",
+            "ALTER TABLE decisions DISABLE TRIGGER decisions_are_append_only",
+        ] {
+            sqlx::query(statement).execute(&mut *tx).await.unwrap();
+        }
+        sqlx::query(&undo)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert!(verify().await.ok(), "{undo}");
+    }
 }

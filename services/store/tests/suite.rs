@@ -665,9 +665,18 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
         "tenant-scoped"
     );
 
+    // Each entry comes with the copies of its fields (filter columns, decision
+    // row, proposal), and they say what the chained record says.
     let mut verifier = Verifier::new();
     for entry in store.audit_range("a", 0, 100).await.unwrap() {
-        verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
+        let copies = entry.copies.as_ref().expect("the store's copies");
+        assert!(copies.decision.is_some() && copies.proposal.is_some());
+        verifier.push_checked(
+            entry.sequence,
+            &entry.digest,
+            Ok(entry.leaf()),
+            entry.check_copies(),
+        );
     }
     let verified = verifier.finish();
     assert!(verified.ok(), "{verified:?}");
@@ -681,12 +690,47 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
 
     let key = countersign_domain::audit::SigningKey::from_seed([1; 32]);
     let checkpoint = key.sign("a", 3, &a[0].digest, 5_000);
-    store.save_checkpoint(&checkpoint).await.unwrap();
+    assert_eq!(
+        store.save_checkpoint(&checkpoint).await.unwrap(),
+        checkpoint
+    );
     assert_eq!(
         store.latest_checkpoint("a").await.unwrap(),
-        Some(checkpoint)
+        Some(checkpoint.clone())
+    );
+    // The log has not grown: a later checkpoint of the same size is not
+    // kept, and the one there is answers.
+    for later in [6_000, 7_000] {
+        let unchanged = key.sign("a", 3, &a[0].digest, later);
+        assert_eq!(store.save_checkpoint(&unchanged).await.unwrap(), checkpoint);
+    }
+    assert_eq!(
+        store.latest_checkpoint("a").await.unwrap(),
+        Some(checkpoint.clone())
     );
     assert_eq!(store.latest_checkpoint("b").await.unwrap(), None);
+
+    // Once the log grew, a checkpoint is kept; two at once keep one.
+    let p = propose(&store, "a", "n9", BlastRadius::SingleDevice).await;
+    reject(&store, &p, 2_000).await;
+    assert_eq!(store.append_audit(100).await.unwrap(), 1);
+    let (size, head) = store.audit_head("a").await.unwrap();
+    assert_eq!(size, 4);
+    let racing = [8_000, 8_001].map(|at| {
+        let (store, grown) = (store.clone(), key.sign("a", size, &head, at));
+        tokio::spawn(async move { store.save_checkpoint(&grown).await.unwrap() })
+    });
+    let kept: Vec<_> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(kept[0], kept[1], "one kept, answered to both");
+    assert_eq!(kept[0].size, 4);
+    assert_eq!(
+        store.latest_checkpoint("a").await.unwrap(),
+        Some(kept[0].clone())
+    );
 }
 
 /// Appends that overlap (the sequencer, a second process, a drain at stop)
@@ -1131,6 +1175,46 @@ pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore)
     assert!(store.list_targets("b").await.unwrap().is_empty());
 }
 
+/// Puts of one SOP at once each take a version of their own, consecutive,
+/// and each is kept in the history; retires at once make one retired version.
+pub async fn concurrent_puts_and_retires_of_one_sop_take_consecutive_versions(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let input = countersign_store::SopInput {
+        id: "SOP-1".into(),
+        action: "host_restart_service".into(),
+        title: "t".into(),
+        covers: String::new(),
+        rollback_path: "undo".into(),
+        max_blast_radius: BlastRadius::Cluster,
+        selector: Default::default(),
+    };
+    let puts = (0..24).map(|i| {
+        let (store, mut input) = (store.clone(), input.clone());
+        input.title = format!("put {i}");
+        tokio::spawn(async move { store.put_sop("a", input).await })
+    });
+    let mut versions: Vec<u32> = futures::future::join_all(puts)
+        .await
+        .into_iter()
+        .map(|put| put.unwrap().expect("every put succeeds").version)
+        .collect();
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=24).collect::<Vec<u32>>());
+    let current = store.get_sop("a", "SOP-1").await.unwrap().unwrap();
+    assert_eq!(current.version, 24);
+
+    let retires = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.retire_sop("a", "SOP-1").await })
+    });
+    for retired in futures::future::join_all(retires).await {
+        let retired = retired.unwrap().expect("every retire succeeds");
+        assert!(retired.retired && retired.version == 25, "{retired:?}");
+    }
+    let again = store.put_sop("a", input).await.unwrap();
+    assert!(!again.retired && again.version == 26, "{again:?}");
+}
+
 pub async fn tenants_and_keys_are_listed_across_tenants_for_administration(store: DynStore) {
     for tenant in ["b", "a"] {
         store.create_tenant(tenant).await.unwrap();
@@ -1284,6 +1368,7 @@ macro_rules! every_store_test {
             suppressed_retries_are_counted_and_logged,
             the_breaker_trips_on_the_threshold_rejection_and_can_be_reset,
             sops_are_versioned_and_targets_replaced_per_tenant,
+            concurrent_puts_and_retires_of_one_sop_take_consecutive_versions,
             tenants_and_keys_are_listed_across_tenants_for_administration,
             subscribers_hear_of_each_change_after_it_commits,
             the_audit_log_chains_each_tenants_decisions_in_commit_order,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use countersign_domain::{
     Permission,
-    audit::{Checkpoint, SigningKey, StoredEntry, Verification, Verifier},
+    audit::{Checkpoint, CopyCheck, Hash, SigningKey, StoredEntry, Verification, Verifier},
     now_ms,
 };
 use countersign_proto::{
@@ -75,7 +75,16 @@ where
     Fut: Future<Output = StoreResult<Vec<StoredEntry>>> + Send + 'static,
 {
     let page = u64::from(page);
-    let spawn = |start: u64| (start, AbortOnDrop(tokio::spawn(read(start))));
+    // Each read also hashes its entries and checks their copies, so that work
+    // runs beside the verifier's walk along the chain.
+    let spawn = |start: u64| {
+        let entries = read(start);
+        let checked = async move {
+            let entries = entries.await?;
+            Ok::<_, StoreError>(entries.iter().map(Checked::of).collect::<Vec<_>>())
+        };
+        (start, AbortOnDrop(tokio::spawn(checked)))
+    };
     let mut reads = std::collections::VecDeque::new();
     let mut next = 0;
     while reads.len() < READ_AHEAD {
@@ -94,8 +103,8 @@ where
             reads.clear();
             next = first.sequence - 1;
         }
-        for entry in entries.iter().take_while(|e| e.sequence <= end) {
-            verifier.push(entry.sequence, &entry.digest, Ok(entry.leaf()));
+        for entry in entries.into_iter().take_while(|e| e.sequence <= end) {
+            verifier.push_checked(entry.sequence, &entry.digest, Ok(entry.leaf), entry.copies);
             if !verifier.wants_more() {
                 return Ok(verifier.finish());
             }
@@ -108,6 +117,25 @@ where
     Ok(verifier.finish())
 }
 
+/// An entry read for verification: its leaf hash and what its copies say.
+struct Checked {
+    sequence: u64,
+    digest: String,
+    leaf: Hash,
+    copies: Option<Result<CopyCheck, String>>,
+}
+
+impl Checked {
+    fn of(entry: &StoredEntry) -> Checked {
+        Checked {
+            sequence: entry.sequence,
+            digest: entry.digest.clone(),
+            leaf: entry.leaf(),
+            copies: entry.check_copies(),
+        }
+    }
+}
+
 /// A read ahead that is not wanted once verification stops early.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
@@ -117,7 +145,9 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Signs the tenant's log as it is now and keeps the checkpoint.
+/// Signs the tenant's log as it is now and keeps the checkpoint, unless the
+/// log has not grown since the newest one: that one is answered instead (a
+/// refresh of an unchanged log stores nothing).
 pub async fn sign_checkpoint(
     store: &DynStore,
     key: &SigningKey,
@@ -125,8 +155,7 @@ pub async fn sign_checkpoint(
 ) -> StoreResult<Checkpoint> {
     let (size, head) = store.audit_head(tenant).await?;
     let checkpoint = key.sign(tenant, size, &head, now_ms());
-    store.save_checkpoint(&checkpoint).await?;
-    Ok(checkpoint)
+    store.save_checkpoint(&checkpoint).await
 }
 
 /// Signs a checkpoint of every tenant whose log grew since its last one,
@@ -195,7 +224,10 @@ impl AuditService for AuditApi {
             _ => String::new(),
         };
         Ok(Response::new(ListDecisionsResponse {
-            entries: entries.iter().map(entry_to_proto).collect(),
+            entries: entries
+                .iter()
+                .map(|entry| entry_to_proto(entry, caller.principal.agent))
+                .collect(),
             next_page_token,
         }))
     }
@@ -215,7 +247,10 @@ impl AuditService for AuditApi {
             .ok_or_else(|| {
                 Status::not_found(format!("no decision of proposal `{id}` is in the log"))
             })?;
-        Ok(Response::new(entry_to_proto(&entry)))
+        Ok(Response::new(entry_to_proto(
+            &entry,
+            caller.principal.agent,
+        )))
     }
 
     async fn verify_log(
@@ -297,6 +332,7 @@ mod tests {
                     sequence,
                     digest: head.iter().map(|b| format!("{b:02x}")).collect(),
                     record,
+                    copies: None,
                 }
             })
             .collect()

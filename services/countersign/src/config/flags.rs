@@ -17,7 +17,8 @@ pub struct ServeArgs {
     /// role: what this process runs.
     #[arg(long, value_parser = ["all", "api", "worker"])]
     pub role: Option<String>,
-    /// data_dir: where the embedded database and the first admin key live.
+    /// data_dir: where the embedded database lives, with its key files
+    /// (with PostgreSQL, where the key files live).
     #[arg(long)]
     pub data_dir: Option<String>,
     /// log.format: `text` or `json`.
@@ -35,6 +36,10 @@ pub struct ServeArgs {
     /// database.pool: PostgreSQL connections this process opens at most.
     #[arg(long)]
     pub database_pool: Option<String>,
+    /// database.sqlite_synchronous: `full` (default; every commit synced) or
+    /// `normal` (an OS crash or power loss can drop the last commits).
+    #[arg(long)]
+    pub sqlite_synchronous: Option<String>,
     /// redis.url: the Redis Streams review queue (needs a postgres:// database).
     #[arg(long)]
     pub redis_url: Option<String>,
@@ -104,7 +109,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The flags given, as (flag, key, value).
     pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
-        let all: [(&'static str, &'static str, &Option<String>); 29] = [
+        let all: [(&'static str, &'static str, &Option<String>); 30] = [
             ("--listen", "listen", &self.listen),
             ("--role", "role", &self.role),
             ("--data-dir", "data_dir", &self.data_dir),
@@ -113,6 +118,11 @@ impl ServeArgs {
             ("--shutdown-grace", "shutdown.grace", &self.shutdown_grace),
             ("--database-url", "database.url", &self.database_url),
             ("--database-pool", "database.pool", &self.database_pool),
+            (
+                "--sqlite-synchronous",
+                "database.sqlite_synchronous",
+                &self.sqlite_synchronous,
+            ),
             ("--redis-url", "redis.url", &self.redis_url),
             ("--redis-prefix", "redis.prefix", &self.redis_prefix),
             ("--reviewers", "review.workers", &self.reviewers),

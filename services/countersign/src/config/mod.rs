@@ -8,12 +8,7 @@ mod flags;
 mod print;
 mod sources;
 
-use std::{
-    net::SocketAddr,
-    num::NonZeroU32,
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,8 +45,10 @@ pub struct Config {
     /// The gRPC port (port 0 picks a free one).
     pub listen: SocketAddr,
     pub role: Role,
-    /// The embedded database, the first admin key, the signing key.
-    pub data_dir: PathBuf,
+    /// Where the embedded database lives (unset: `countersign-data`); its key
+    /// files live beside it. With PostgreSQL, where the first admin key and
+    /// the signing key file live (required there).
+    pub data_dir: Option<PathBuf>,
     pub log: LogSection,
     pub metrics: MetricsSection,
     pub shutdown: ShutdownSection,
@@ -93,6 +90,30 @@ pub struct DatabaseSection {
     pub url: Option<String>,
     /// PostgreSQL connections this process opens at most.
     pub pool: u32,
+    /// How the embedded SQLite database commits.
+    pub sqlite_synchronous: SqliteSynchronous,
+}
+
+/// SQLite's `synchronous` for the embedded database (WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSynchronous {
+    /// Every commit is synced before it is answered (group commit shares one
+    /// sync among a batch's callers): an answered OK survives power loss.
+    #[default]
+    Full,
+    /// Synced at WAL checkpoints only: an OS crash or power loss can drop the
+    /// last commits that were answered OK (a process crash cannot).
+    Normal,
+}
+
+impl From<SqliteSynchronous> for countersign_store::Synchronous {
+    fn from(value: SqliteSynchronous) -> Self {
+        match value {
+            SqliteSynchronous::Full => countersign_store::Synchronous::Full,
+            SqliteSynchronous::Normal => countersign_store::Synchronous::Normal,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,7 +191,8 @@ pub struct AuditSection {
     pub checkpoint_every: Duration,
     /// The Ed25519 seed (64 hex characters) that signs checkpoints: a secret.
     pub signing_key: Option<String>,
-    /// A file holding the seed; unset = `<data_dir>/signing.key`.
+    /// A file holding the seed; unset = `signing.key` beside an SQLite
+    /// database (with PostgreSQL, in `data_dir`).
     pub signing_key_file: Option<PathBuf>,
 }
 
@@ -183,7 +205,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             role: Role::All,
-            data_dir: PathBuf::from("countersign-data"),
+            data_dir: None,
             log: LogSection::default(),
             metrics: MetricsSection::default(),
             shutdown: ShutdownSection::default(),
@@ -218,6 +240,7 @@ impl Default for DatabaseSection {
         DatabaseSection {
             url: None,
             pool: 16,
+            sqlite_synchronous: SqliteSynchronous::Full,
         }
     }
 }
@@ -313,7 +336,8 @@ impl Config {
         }
     }
 
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+    /// The data directory: the configured one, else `countersign-data`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.store_args().data_dir()
     }
 }

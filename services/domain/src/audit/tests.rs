@@ -50,6 +50,7 @@ fn verify(rows: &[(u64, String, String)], mut verifier: Verifier) -> Verificatio
             sequence: *sequence,
             digest: digest.clone(),
             record: json.clone(),
+            copies: None,
         };
         verifier.push(*sequence, digest, Ok(stored.leaf()));
         if !verifier.wants_more() {
@@ -87,6 +88,7 @@ fn the_canonical_form_is_stable_through_a_round_trip_and_is_what_is_hashed() {
         sequence: 7,
         digest: String::new(),
         record: r.canonical_json(),
+        copies: None,
     };
     assert_eq!(stored.leaf(), r.leaf_hash());
 }
@@ -241,4 +243,150 @@ fn a_checkpoint_signature_verifies_and_fails_after_one_changed_byte() {
     assert_eq!(checkpoint.verify("zz"), Err(CheckpointError::BadPublicKey));
     assert!(format!("{key:?}").contains(&key.public_hex()));
     assert!(SigningKey::from_seed_hex("abc").is_err());
+}
+
+/// The copies a store keeps beside `record`, as the store writes them.
+fn copies_of(record: &AuditRecord, tide: time_index::Tide) -> StoredCopies {
+    StoredCopies {
+        log: LogColumns {
+            tenant: record.tenant.clone(),
+            proposal_id: record.proposal_id.clone(),
+            decided_at: record.decided_at,
+            action: record.action.clone(),
+            target: record.target.clone(),
+            operator: record.operator.clone(),
+            submitted_by: record.submitted_by.clone(),
+            outcome: record.outcome.as_str().into(),
+            blast_radius: record.blast_radius.as_str().into(),
+            sop_id: record.sop_id.clone(),
+            decided_max: tide.decided_max,
+            lateness_max: tide.lateness_max,
+        },
+        decision: Some(DecisionColumns {
+            tenant: record.tenant.clone(),
+            outcome: record.outcome.as_str().into(),
+            reason: record.reason.clone(),
+            agent_message: record.agent_message.clone(),
+            sop_id: record.sop_id.clone(),
+            sop_version: record.sop_version.map(i64::from),
+            rollback_path: record.rollback_path.clone(),
+            gates_json: serde_json::to_string(&record.gates).unwrap(),
+            missing_gates_json: serde_json::to_string(&record.missing_gates).unwrap(),
+            reviewer: record.reviewer.clone(),
+            decided_at: record.decided_at,
+            summary: record.summary.clone(),
+            review_latency_ms: record.review_latency_ms as i64,
+        }),
+        proposal: Some(ProposalColumns {
+            tenant: record.tenant.clone(),
+            state: match record.outcome {
+                DecisionOutcome::Approve => "approved",
+                DecisionOutcome::Reject => "rejected",
+                DecisionOutcome::TimedOut => "timed_out",
+            }
+            .into(),
+            action: record.action.clone(),
+            target: record.target.clone(),
+            operator: record.operator.clone(),
+            submitted_by: record.submitted_by.clone(),
+            blast_radius: record.blast_radius.as_str().into(),
+        }),
+    }
+}
+
+/// A chained log of `n` entries with their copies.
+fn stored_log(n: u64) -> Vec<StoredEntry> {
+    let mut tide = time_index::Tide::before_first();
+    log(n)
+        .into_iter()
+        .map(|(sequence, digest, record)| {
+            let parsed: AuditRecord = serde_json::from_str(&record).unwrap();
+            tide = tide.next(parsed.decided_at);
+            StoredEntry {
+                sequence,
+                digest,
+                copies: Some(copies_of(&parsed, tide)),
+                record,
+            }
+        })
+        .collect()
+}
+
+fn verify_stored(entries: &[StoredEntry]) -> Verification {
+    let mut verifier = Verifier::new();
+    for entry in entries {
+        verifier.push_checked(
+            entry.sequence,
+            &entry.digest,
+            Ok(entry.leaf()),
+            entry.check_copies(),
+        );
+    }
+    verifier.finish()
+}
+
+#[test]
+fn copies_that_say_what_their_records_say_verify() {
+    let entries = stored_log(30);
+    let v = verify_stored(&entries);
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.entries_checked, 30);
+}
+
+/// A copy changed under the store (a filter column, the decision row, the
+/// proposal's state, the running time values) is a mismatch named by its
+/// sequence and column, though every link of the chain holds.
+#[test]
+fn a_copy_that_disagrees_with_its_record_is_named_with_its_column() {
+    type Change = fn(&mut StoredCopies);
+    let changes: [(&str, Change); 12] = [
+        ("audit_log.outcome", |c| c.log.outcome = "approve".into()),
+        ("audit_log.operator", |c| c.log.operator = "someone".into()),
+        ("audit_log.sop_id", |c| c.log.sop_id = None),
+        ("audit_log.decided_at", |c| c.log.decided_at += 1),
+        ("audit_log.decided_max", |c| c.log.decided_max += 1),
+        ("audit_log.lateness_max", |c| c.log.lateness_max += 5),
+        ("decisions.outcome", |c| {
+            c.decision.as_mut().unwrap().outcome = "approve".into()
+        }),
+        ("decisions.reason", |c| {
+            c.decision.as_mut().unwrap().reason = "fine".into()
+        }),
+        ("decisions.gates_json", |c| {
+            c.decision.as_mut().unwrap().gates_json = "not json".into()
+        }),
+        ("decisions.proposal_id", |c| c.decision = None),
+        ("proposals.state", |c| {
+            c.proposal.as_mut().unwrap().state = "approved".into()
+        }),
+        ("proposals.id", |c| c.proposal = None),
+    ];
+    for (column, change) in changes {
+        // Entry 9 is a rejection (every third entry).
+        let mut entries = stored_log(20);
+        change(entries[8].copies.as_mut().unwrap());
+        let v = verify_stored(&entries);
+        let f = v
+            .failure
+            .as_ref()
+            .unwrap_or_else(|| panic!("{column}: {v:?}"));
+        assert_eq!(
+            (f.sequence, f.kind, f.column),
+            (9, FailureKind::Mismatch, Some(column)),
+            "{v:?}"
+        );
+        assert!(f.detail.contains(column), "{f:?}");
+        assert_eq!(v.entries_checked, 9, "stops at the entry");
+    }
+}
+
+/// A record changed with its copies is altered (the chain shows it first);
+/// copies are checked only where the link holds.
+#[test]
+fn an_altered_record_is_altered_not_a_mismatch() {
+    let mut entries = stored_log(10);
+    entries[3].record = entries[3].record.replacen("reason 4", "reason 5", 1);
+    entries[3].copies.as_mut().unwrap().log.outcome = "reject".into();
+    let v = verify_stored(&entries);
+    assert_eq!(failure(&v), (4, FailureKind::Altered));
 }

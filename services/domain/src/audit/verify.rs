@@ -1,7 +1,9 @@
 //! Recomputes a chain entry by entry (streaming: a million entries never sit
-//! in memory) and names the first one that does not hold.
+//! in memory) and names the first one that does not hold: a broken link, or
+//! (where the store's copies of the record's fields come with the entries)
+//! a copy that does not say what its chained record says.
 
-use super::{EMPTY_HEAD, Hash, chain, parse_hash};
+use super::{CopyCheck, EMPTY_HEAD, Hash, chain, parse_hash, time_index::Tide};
 
 crate::named_enum! {
     /// Why an entry fails verification.
@@ -16,6 +18,9 @@ crate::named_enum! {
         Truncated => "truncated",
         /// The log has a different history than the checkpoint pinned.
         CheckpointMismatch => "checkpoint_mismatch",
+        /// The entry holds, but a stored copy of its record's fields (a
+        /// filter column, its decision row, its proposal) says otherwise.
+        Mismatch => "mismatch",
     }
 }
 
@@ -24,6 +29,8 @@ pub struct Failure {
     pub sequence: u64,
     pub kind: FailureKind,
     pub detail: String,
+    /// The copy that disagrees, as `table.column` (mismatch only).
+    pub column: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +64,8 @@ pub struct Verifier {
     checked: u64,
     /// A checkpoint's `(size, head)` the chain must pass through.
     pin: Option<(u64, Hash)>,
+    /// The running time values after the last entry that verified.
+    tide: Tide,
     suspect: Option<Suspect>,
     /// An entry arrived past a gap: missing, unless the gap's entry comes next
     /// (two lines of an export swapped).
@@ -77,6 +86,7 @@ impl Verifier {
             head: EMPTY_HEAD,
             checked: 0,
             pin: None,
+            tide: Tide::before_first(),
             suspect: None,
             gap: None,
             failure: None,
@@ -103,12 +113,36 @@ impl Verifier {
             sequence,
             kind,
             detail,
+            column: None,
+        });
+    }
+
+    fn fail_mismatch(&mut self, sequence: u64, column: &'static str) {
+        self.failure = Some(Failure {
+            sequence,
+            kind: FailureKind::Mismatch,
+            detail: format!("entry {sequence}: {column} does not say what the chained record says"),
+            column: Some(column),
         });
     }
 
     /// One stored entry: its sequence, its stored digest (hex) and its leaf
     /// hash, or why its record could not be read.
     pub fn push(&mut self, sequence: u64, stored_digest: &str, leaf: Result<Hash, String>) {
+        self.push_checked(sequence, stored_digest, leaf, None);
+    }
+
+    /// [`Verifier::push`] with what the entry's stored copies say beside its
+    /// record ([`super::StoredCopies::check`]), checked once the entry's link
+    /// holds. Feed every entry with its copies or none with them: the running
+    /// time values are followed from one entry to the next.
+    pub fn push_checked(
+        &mut self,
+        sequence: u64,
+        stored_digest: &str,
+        leaf: Result<Hash, String>,
+        copies: Option<Result<CopyCheck, String>>,
+    ) {
         if self.failure.is_some() {
             return;
         }
@@ -182,6 +216,12 @@ impl Verifier {
         }
         self.head = computed;
         self.expected += 1;
+        if let Some(copies) = copies {
+            self.check_copies(sequence, copies);
+            if self.failure.is_some() {
+                return;
+            }
+        }
         if let Some((size, pinned)) = self.pin
             && size == sequence
             && pinned != computed
@@ -191,6 +231,37 @@ impl Verifier {
                 FailureKind::CheckpointMismatch,
                 format!("the log's digest at {size} differs from the checkpoint's"),
             );
+        }
+    }
+
+    /// The copies of an entry whose link holds: each must say what the
+    /// record says, and the stored running time values must be the ones the
+    /// records so far give.
+    fn check_copies(&mut self, sequence: u64, copies: Result<CopyCheck, String>) {
+        let check = match copies {
+            Ok(check) => check,
+            Err(why) => {
+                self.fail(
+                    sequence,
+                    FailureKind::Altered,
+                    format!("entry {sequence}'s record cannot be read: {why}"),
+                );
+                return;
+            }
+        };
+        let tide = self.tide.next(check.decided_at);
+        let column = check
+            .disagrees
+            .or(if check.stored_tide.decided_max != tide.decided_max {
+                Some("audit_log.decided_max")
+            } else if check.stored_tide.lateness_max != tide.lateness_max {
+                Some("audit_log.lateness_max")
+            } else {
+                None
+            });
+        self.tide = tide;
+        if let Some(column) = column {
+            self.fail_mismatch(sequence, column);
         }
     }
 

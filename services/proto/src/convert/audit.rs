@@ -13,8 +13,17 @@ pub const MAX_PAGE_SIZE: u32 = 1_000;
 /// A page when the request names no size.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
 
-pub fn entry_to_proto(entry: &AuditEntry) -> v1::AuditEntry {
+/// An entry as `viewer` may see it. Agent credentials get the terse view of
+/// its decision (as every other read gives them) and no record JSON: the
+/// record holds the full reason, gate details and missing gates.
+pub fn entry_to_proto(entry: &AuditEntry, agent_viewer: bool) -> v1::AuditEntry {
     let record = &entry.record;
+    let decision = record.decision(entry.sequence, entry.digest.clone());
+    let (decision, record_json) = if agent_viewer {
+        (decision.for_agent(), String::new())
+    } else {
+        (decision, record.canonical_json())
+    };
     v1::AuditEntry {
         sequence: entry.sequence,
         digest: entry.digest.clone(),
@@ -25,10 +34,8 @@ pub fn entry_to_proto(entry: &AuditEntry) -> v1::AuditEntry {
         operator: record.operator.clone(),
         submitted_by: record.submitted_by.clone(),
         blast_radius: blast_radius_to_proto(record.blast_radius) as i32,
-        decision: Some(decision_to_proto(
-            &record.decision(entry.sequence, entry.digest.clone()),
-        )),
-        record_json: record.canonical_json(),
+        decision: Some(decision_to_proto(&decision)),
+        record_json,
     }
 }
 
@@ -133,6 +140,7 @@ pub fn failure_to_proto(kind: FailureKind) -> v1::VerifyFailure {
         FailureKind::Reordered => v1::VerifyFailure::Reordered,
         FailureKind::Truncated => v1::VerifyFailure::Truncated,
         FailureKind::CheckpointMismatch => v1::VerifyFailure::CheckpointMismatch,
+        FailureKind::Mismatch => v1::VerifyFailure::Mismatch,
     }
 }
 
@@ -146,5 +154,9 @@ pub fn verification_to_proto(verification: &Verification) -> v1::VerifyLogRespon
         failure: failure.map_or(v1::VerifyFailure::Unspecified, |f| failure_to_proto(f.kind))
             as i32,
         detail: failure.map(|f| f.detail.clone()).unwrap_or_default(),
+        column: failure
+            .and_then(|f| f.column)
+            .unwrap_or_default()
+            .to_owned(),
     }
 }

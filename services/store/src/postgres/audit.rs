@@ -7,10 +7,11 @@ use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 
 use super::scope;
-use crate::Result;
 use crate::rows::{
-    CheckpointRow, HEAD_COLUMNS, Head, checkpoint_from, entry_from_row, head_from, record_from_row,
+    CheckpointRow, HEAD_COLUMNS, Head, STORED_ENTRY_COLUMNS, checkpoint_from, entry_from_row,
+    head_from, record_from_row, stored_entry_from_row,
 };
+use crate::{Result, StoreError};
 
 /// The sequencer's read: the next decisions in commit order.
 #[doc(hidden)]
@@ -219,6 +220,8 @@ pub async fn get(pool: &PgPool, tenant: &str, proposal_id: &str) -> Result<Optio
     row.as_ref().map(entry_from_row).transpose()
 }
 
+/// Entries after `after`, oldest first, exactly as stored, each with the
+/// copies of its record's fields (its filter columns, decision and proposal).
 pub async fn range(
     pool: &PgPool,
     tenant: &str,
@@ -226,31 +229,36 @@ pub async fn range(
     limit: u32,
 ) -> Result<Vec<StoredEntry>> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT sequence, digest, record FROM audit_log
-         WHERE tenant = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT {STORED_ENTRY_COLUMNS} FROM audit_log a
+         LEFT JOIN decisions d ON d.proposal_id = a.proposal_id
+         LEFT JOIN proposals p ON p.id = a.proposal_id
+         WHERE a.tenant = $1 AND a.sequence > $2 ORDER BY a.sequence LIMIT $3"
+    ))
     .bind(tenant)
     .bind(i64::try_from(after).unwrap_or(i64::MAX))
     .bind(i64::from(limit))
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(rows
-        .into_iter()
-        .map(|(sequence, digest, record)| StoredEntry {
-            sequence: sequence as u64,
-            digest,
-            record,
-        })
-        .collect())
+    rows.iter().map(stored_entry_from_row).collect()
 }
 
-pub async fn save_checkpoint(pool: &PgPool, checkpoint: &Checkpoint) -> Result<()> {
+/// Keeps `checkpoint` unless the tenant already has one of at least its size
+/// (the log has not grown since); returns the checkpoint kept: `checkpoint`,
+/// or the newest one there was. Saves of one tenant take turns (a
+/// transaction-level advisory lock on the tenant), so two at once keep one.
+pub async fn save_checkpoint(pool: &PgPool, checkpoint: &Checkpoint) -> Result<Checkpoint> {
     let mut tx = scope::tenant(pool, &checkpoint.tenant).await?;
-    sqlx::query(
+    sqlx::query("SELECT pg_advisory_xact_lock(73102913, hashtext($1))")
+        .bind(&checkpoint.tenant)
+        .execute(&mut *tx)
+        .await?;
+    let saved = sqlx::query(
         "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key, signature)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+         SELECT $1, $2, $3, $4, $5, $6
+         WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE tenant = $1 AND size >= $2)
+         ON CONFLICT DO NOTHING",
     )
     .bind(&checkpoint.tenant)
     .bind(i64::try_from(checkpoint.size).unwrap_or(i64::MAX))
@@ -260,19 +268,44 @@ pub async fn save_checkpoint(pool: &PgPool, checkpoint: &Checkpoint) -> Result<(
     .bind(&checkpoint.signature)
     .execute(&mut *tx)
     .await?;
+    let kept = if saved.rows_affected() == 1 {
+        Some(checkpoint.clone())
+    } else {
+        latest_in(&mut tx, &checkpoint.tenant).await?
+    };
     tx.commit().await?;
-    Ok(())
+    kept.ok_or_else(|| StoreError::NotFound(format!("a checkpoint of `{}`", checkpoint.tenant)))
 }
 
-pub async fn latest_checkpoint(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
+async fn latest_in(conn: &mut PgConnection, tenant: &str) -> Result<Option<Checkpoint>> {
     let row: Option<CheckpointRow> = sqlx::query_as(
         "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
          WHERE tenant = $1 ORDER BY signed_at DESC, size DESC LIMIT 1",
     )
     .bind(tenant)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|row| checkpoint_from(tenant, row)))
+}
+
+pub async fn latest_checkpoint(pool: &PgPool, tenant: &str) -> Result<Option<Checkpoint>> {
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let latest = latest_in(&mut tx, tenant).await?;
+    tx.commit().await?;
+    Ok(latest)
+}
+
+/// The newest checkpoint of any tenant (a system-scope read).
+pub async fn newest_checkpoint(pool: &PgPool) -> Result<Option<Checkpoint>> {
+    let mut tx = scope::system(pool).await?;
+    let row: Option<(String, i64, String, i64, String, String)> = sqlx::query_as(
+        "SELECT tenant, size, head_digest, signed_at, public_key, signature
+         FROM audit_checkpoints ORDER BY signed_at DESC LIMIT 1",
+    )
     .fetch_optional(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(row.map(|row| checkpoint_from(tenant, row)))
+    Ok(row.map(|(tenant, size, head, at, key, signature)| {
+        checkpoint_from(&tenant, (size, head, at, key, signature))
+    }))
 }

@@ -360,12 +360,16 @@ impl Store for PostgresStore {
         audit::head(&self.pool, tenant).await
     }
 
-    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()> {
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
         audit::save_checkpoint(&self.pool, checkpoint).await
     }
 
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
         audit::latest_checkpoint(&self.pool, tenant).await
+    }
+
+    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        audit::newest_checkpoint(&self.pool).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

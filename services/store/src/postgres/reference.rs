@@ -10,71 +10,65 @@ use crate::{Result, SopInput, StoreError, now_ms};
 
 pub(crate) use crate::rows::{sop_from_row, target_from_row};
 
-/// The current SOP row and its version history entry.
-async fn write_sop(conn: &mut PgConnection, tenant: &str, sop: &Sop) -> Result<()> {
-    for table in ["sops", "sop_versions"] {
-        let upsert = if table == "sops" {
-            "ON CONFLICT (tenant, id) DO UPDATE SET version = excluded.version,
-                 action = excluded.action, title = excluded.title, covers = excluded.covers,
-                 rollback_path = excluded.rollback_path,
-                 max_blast_radius = excluded.max_blast_radius,
-                 selector_json = excluded.selector_json, retired = excluded.retired,
-                 updated_at = excluded.updated_at"
-        } else {
-            ""
-        };
-        sqlx::query(&format!(
-            "INSERT INTO {table} (tenant, id, version, action, title, covers, rollback_path,
-                 max_blast_radius, selector_json, retired, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) {upsert}"
-        ))
-        .bind(tenant)
-        .bind(&sop.id)
-        .bind(i64::from(sop.version))
-        .bind(&sop.action)
-        .bind(&sop.title)
-        .bind(&sop.covers)
-        .bind(&sop.rollback_path)
-        .bind(sop.max_blast_radius.as_str())
-        .bind(serde_json::to_string(&sop.selector).expect("labels serialize"))
-        .bind(sop.retired)
-        .bind(sop.updated_at)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
+/// Creates the SOP at version 1 or replaces it with the next version, in one
+/// statement: concurrent puts of one SOP wait for each other on its row (a
+/// first put's insert included) and take consecutive versions.
+const PUT_SOP: &str = "
+INSERT INTO sops (tenant, id, version, action, title, covers, rollback_path, max_blast_radius,
+    selector_json, retired, updated_at)
+VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8, FALSE, $9)
+ON CONFLICT (tenant, id) DO UPDATE SET version = sops.version + 1, action = excluded.action,
+    title = excluded.title, covers = excluded.covers, rollback_path = excluded.rollback_path,
+    max_blast_radius = excluded.max_blast_radius, selector_json = excluded.selector_json,
+    retired = FALSE, updated_at = excluded.updated_at
+RETURNING *";
 
-/// The current version, locked until the transaction ends (two puts of one
-/// SOP take consecutive versions).
-async fn current_sop(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Sop>> {
-    sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2 FOR UPDATE")
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(sop_from_row)
-        .transpose()
+/// Retires an active SOP as its next version (a retired one is left as it is).
+const RETIRE_SOP: &str = "
+UPDATE sops SET version = version + 1, retired = TRUE, updated_at = $3
+WHERE tenant = $1 AND id = $2 AND NOT retired
+RETURNING *";
+
+/// Keeps `sop` in the version history, in the transaction that made it.
+async fn keep_version(conn: &mut PgConnection, tenant: &str, sop: &Sop) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO sop_versions (tenant, id, version, action, title, covers, rollback_path,
+             max_blast_radius, selector_json, retired, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(tenant)
+    .bind(&sop.id)
+    .bind(i64::from(sop.version))
+    .bind(&sop.action)
+    .bind(&sop.title)
+    .bind(&sop.covers)
+    .bind(&sop.rollback_path)
+    .bind(sop.max_blast_radius.as_str())
+    .bind(serde_json::to_string(&sop.selector).expect("labels serialize"))
+    .bind(sop.retired)
+    .bind(sop.updated_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 #[tracing::instrument(name = "store.postgres.put_sop", skip(pool, input), fields(sop = %input.id))]
 pub async fn put_sop(pool: &PgPool, tenant: &str, input: SopInput) -> Result<Sop> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let current = current_sop(&mut tx, tenant, &input.id).await?;
-    let sop = Sop {
-        version: current.map_or(1, |c| c.version + 1),
-        id: input.id,
-        action: input.action,
-        title: input.title,
-        covers: input.covers,
-        rollback_path: input.rollback_path,
-        max_blast_radius: input.max_blast_radius,
-        selector: input.selector,
-        retired: false,
-        updated_at: now_ms(),
-    };
-    write_sop(&mut tx, tenant, &sop).await?;
+    let row = sqlx::query(PUT_SOP)
+        .bind(tenant)
+        .bind(&input.id)
+        .bind(&input.action)
+        .bind(&input.title)
+        .bind(&input.covers)
+        .bind(&input.rollback_path)
+        .bind(input.max_blast_radius.as_str())
+        .bind(serde_json::to_string(&input.selector).expect("labels serialize"))
+        .bind(now_ms())
+        .fetch_one(&mut *tx)
+        .await?;
+    let sop = sop_from_row(&row)?;
+    keep_version(&mut tx, tenant, &sop).await?;
     tx.commit().await?;
     Ok(sop)
 }
@@ -82,19 +76,29 @@ pub async fn put_sop(pool: &PgPool, tenant: &str, input: SopInput) -> Result<Sop
 #[tracing::instrument(name = "store.postgres.retire_sop", skip(pool))]
 pub async fn retire_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Sop> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let current = current_sop(&mut tx, tenant, id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?;
-    if current.retired {
-        return Ok(current);
-    }
-    let sop = Sop {
-        version: current.version + 1,
-        retired: true,
-        updated_at: now_ms(),
-        ..current
+    let retired = sqlx::query(RETIRE_SOP)
+        .bind(tenant)
+        .bind(id)
+        .bind(now_ms())
+        .fetch_optional(&mut *tx)
+        .await?;
+    let sop = match retired {
+        Some(row) => {
+            let sop = sop_from_row(&row)?;
+            keep_version(&mut tx, tenant, &sop).await?;
+            sop
+        }
+        // Already retired (it stays as it is), or no such SOP.
+        None => sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .as_ref()
+            .map(sop_from_row)
+            .transpose()?
+            .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?,
     };
-    write_sop(&mut tx, tenant, &sop).await?;
     tx.commit().await?;
     Ok(sop)
 }

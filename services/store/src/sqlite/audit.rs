@@ -8,10 +8,11 @@ use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 
 use super::writes::SqliteWriter;
-use crate::Result;
 use crate::rows::{
-    CheckpointRow, HEAD_COLUMNS, Head, checkpoint_from, entry_from_row, head_from, record_from_row,
+    CheckpointRow, HEAD_COLUMNS, Head, STORED_ENTRY_COLUMNS, checkpoint_from, entry_from_row,
+    head_from, record_from_row, stored_entry_from_row,
 };
+use crate::{Result, StoreError};
 
 /// Appends up to `limit` decisions that are not in their tenant's log yet, in
 /// the order they committed, in one transaction; returns how many.
@@ -285,46 +286,53 @@ pub async fn get(
     .transpose()
 }
 
-/// Entries after `after`, oldest first, exactly as stored.
+/// Entries after `after`, oldest first, exactly as stored, each with the
+/// copies of its record's fields (its filter columns, decision and proposal).
 pub async fn range(
     reader: &SqlitePool,
     tenant: &str,
     after: u64,
     limit: u32,
 ) -> Result<Vec<StoredEntry>> {
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT sequence, digest, record FROM audit_log
-         WHERE tenant = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-    )
+    let rows = sqlx::query(&format!(
+        "SELECT {STORED_ENTRY_COLUMNS} FROM audit_log a
+         LEFT JOIN decisions d ON d.proposal_id = a.proposal_id
+         LEFT JOIN proposals p ON p.id = a.proposal_id
+         WHERE a.tenant = ? AND a.sequence > ? ORDER BY a.sequence LIMIT ?"
+    ))
     .bind(tenant)
     .bind(i64::try_from(after).unwrap_or(i64::MAX))
     .bind(i64::from(limit))
     .fetch_all(reader)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(sequence, digest, record)| StoredEntry {
-            sequence: sequence as u64,
-            digest,
-            record,
-        })
-        .collect())
+    rows.iter().map(stored_entry_from_row).collect()
 }
 
-pub async fn save_checkpoint(writer: &SqlitePool, checkpoint: &Checkpoint) -> Result<()> {
-    sqlx::query(
+/// Keeps `checkpoint` unless the tenant already has one of at least its size
+/// (the log has not grown since), in one statement; returns the checkpoint
+/// kept: `checkpoint`, or the newest one there was.
+pub async fn save_checkpoint(writer: &SqlitePool, checkpoint: &Checkpoint) -> Result<Checkpoint> {
+    let size = i64::try_from(checkpoint.size).unwrap_or(i64::MAX);
+    let saved = sqlx::query(
         "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key, signature)
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6
+         WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE tenant = ?1 AND size >= ?2)
+         ON CONFLICT DO NOTHING",
     )
     .bind(&checkpoint.tenant)
-    .bind(i64::try_from(checkpoint.size).unwrap_or(i64::MAX))
+    .bind(size)
     .bind(&checkpoint.head_digest)
     .bind(checkpoint.signed_at)
     .bind(&checkpoint.public_key)
     .bind(&checkpoint.signature)
     .execute(writer)
     .await?;
-    Ok(())
+    if saved.rows_affected() == 1 {
+        return Ok(checkpoint.clone());
+    }
+    latest_checkpoint(writer, &checkpoint.tenant)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("a checkpoint of `{}`", checkpoint.tenant)))
 }
 
 pub async fn latest_checkpoint(reader: &SqlitePool, tenant: &str) -> Result<Option<Checkpoint>> {
@@ -336,4 +344,17 @@ pub async fn latest_checkpoint(reader: &SqlitePool, tenant: &str) -> Result<Opti
     .fetch_optional(reader)
     .await?;
     Ok(row.map(|row| checkpoint_from(tenant, row)))
+}
+
+/// The newest checkpoint of any tenant.
+pub async fn newest_checkpoint(reader: &SqlitePool) -> Result<Option<Checkpoint>> {
+    let row: Option<(String, i64, String, i64, String, String)> = sqlx::query_as(
+        "SELECT tenant, size, head_digest, signed_at, public_key, signature
+         FROM audit_checkpoints ORDER BY signed_at DESC LIMIT 1",
+    )
+    .fetch_optional(reader)
+    .await?;
+    Ok(row.map(|(tenant, size, head, at, key, signature)| {
+        checkpoint_from(&tenant, (size, head, at, key, signature))
+    }))
 }

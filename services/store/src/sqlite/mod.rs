@@ -37,6 +37,20 @@ use crate::{
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
+/// How the embedded store commits (SQLite's `synchronous`, in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is synced before it is answered: an OK survives an OS
+    /// crash or power loss. Group commit shares one sync among the callers
+    /// of a batch.
+    #[default]
+    Full,
+    /// Commits are synced at WAL checkpoints only: an OK survives any crash of
+    /// the process, but an OS crash or power loss can drop the last commits
+    /// that were answered OK.
+    Normal,
+}
+
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     /// The single writer connection, and the thread its hot paths run on.
@@ -59,6 +73,20 @@ impl SqliteStore {
         self.writer.clone()
     }
 
+    /// The `synchronous` setting the writer commits with, as SQLite reports it.
+    pub async fn synchronous(&self) -> Result<Synchronous> {
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(self.writer.pool())
+            .await?;
+        match level {
+            1 => Ok(Synchronous::Normal),
+            2 => Ok(Synchronous::Full),
+            other => Err(StoreError::Corrupt(format!(
+                "PRAGMA synchronous is {other}: neither NORMAL (1) nor FULL (2)"
+            ))),
+        }
+    }
+
     fn publish(&self, event: Option<StoreEvent>) {
         if let Some(event) = event {
             // No subscriber is fine: the event is in the table either way.
@@ -66,13 +94,26 @@ impl SqliteStore {
         }
     }
 
+    /// Opens the database with every commit synced ([`Synchronous::Full`]).
     pub async fn connect(url: &str) -> Result<Self> {
-        let options = SqliteConnectOptions::from_str(url)?
+        SqliteStore::connect_with(url, Synchronous::Full).await
+    }
+
+    /// Opens (creating if missing) the database a `sqlite://` URL names,
+    /// committing as `synchronous` says.
+    /// A database file it creates is readable by its owner only (mode 0600),
+    /// and so are the WAL and shared-memory files SQLite makes beside it
+    /// (they take the database file's mode).
+    pub async fn connect_with(url: &str, synchronous: Synchronous) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?;
+        create_owner_only(options.get_filename())?;
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // WAL + NORMAL survives any process crash; only an OS crash or power
-            // loss can drop the last commits.
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(match synchronous {
+                Synchronous::Full => SqliteSynchronous::Full,
+                Synchronous::Normal => SqliteSynchronous::Normal,
+            })
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
             // A statement this slow is a finding: it goes to the log.
@@ -101,6 +142,47 @@ impl SqliteStore {
             events,
             submitter,
         })
+    }
+}
+
+/// The file a `sqlite:` URL names (`None` for an in-memory database).
+pub fn database_file(url: &str) -> Result<Option<std::path::PathBuf>> {
+    let options = SqliteConnectOptions::from_str(url)?;
+    let path = options.get_filename();
+    Ok(
+        (!path.as_os_str().is_empty() && path != std::path::Path::new(":memory:"))
+            .then(|| path.to_path_buf()),
+    )
+}
+
+/// Creates an empty database file (SQLite takes an empty file for an empty
+/// database) with mode 0600, where there is none yet; an existing file is
+/// left as it is. A missing directory is left for the open to report.
+fn create_owner_only(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    if path.as_os_str().is_empty() || path == std::path::Path::new(":memory:") {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "creating {}: {e}",
+            path.display()
+        ))),
     }
 }
 
@@ -330,12 +412,16 @@ impl Store for SqliteStore {
         audit::head(&self.reader, tenant).await
     }
 
-    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<()> {
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
         audit::save_checkpoint(self.writer.pool(), checkpoint).await
     }
 
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
         audit::latest_checkpoint(&self.reader, tenant).await
+    }
+
+    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        audit::newest_checkpoint(&self.reader).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

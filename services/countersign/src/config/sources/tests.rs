@@ -223,7 +223,7 @@ fn the_documented_flat_variable_names_keep_their_keys() {
     assert_eq!(config.review.workers, Some(5));
     assert_eq!(config.api.rate_limit_burst.get(), 77);
     assert_eq!(config.watch.retention, Duration::from_secs(2 * 86_400));
-    assert_eq!(config.data_dir, Path::new("/srv/cs"));
+    assert_eq!(config.data_dir.as_deref(), Some(Path::new("/srv/cs")));
     assert_eq!(config.role, Role::Api);
 }
 
@@ -277,4 +277,45 @@ fn print_masks_the_url_passwords_and_the_signing_key() {
     let reread = load_from(Some(again.path()), Vec::new(), Vec::new()).unwrap();
     assert_eq!(reread.review, config.review);
     assert_eq!(reread.watch, config.watch);
+}
+
+#[test]
+fn the_embedded_databases_commits_are_full_unless_normal_is_asked_for() {
+    use crate::config::SqliteSynchronous;
+
+    let config = load_from(None, Vec::new(), Vec::new()).unwrap();
+    assert_eq!(config.database.sqlite_synchronous, SqliteSynchronous::Full);
+    let toml = file("[database]\nsqlite_synchronous = \"normal\"\n");
+    let config = load_from(Some(toml.path()), Vec::new(), Vec::new()).unwrap();
+    assert_eq!(
+        config.database.sqlite_synchronous,
+        SqliteSynchronous::Normal
+    );
+    let vars = env(&[("COUNTERSIGN_DATABASE_SQLITE_SYNCHRONOUS", "full")]);
+    let flags = vec![flag(
+        "--sqlite-synchronous",
+        "database.sqlite_synchronous",
+        "normal",
+    )];
+    let config = load_from(None, vars.clone(), flags).unwrap();
+    assert_eq!(
+        config.database.sqlite_synchronous,
+        SqliteSynchronous::Normal
+    );
+    assert_eq!(
+        load_from(None, vars, Vec::new())
+            .unwrap()
+            .database
+            .sqlite_synchronous,
+        SqliteSynchronous::Full
+    );
+
+    let vars = env(&[("COUNTERSIGN_DATABASE_SQLITE_SYNCHRONOUS", "off")]);
+    let error = error_of(load_from(None, vars, Vec::new()));
+    assert!(
+        error.contains("database.sqlite_synchronous")
+            && error.contains("off")
+            && error.contains("COUNTERSIGN_DATABASE_SQLITE_SYNCHRONOUS"),
+        "{error}"
+    );
 }
