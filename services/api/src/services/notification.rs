@@ -2,6 +2,8 @@
 //! stream replays from the store (when asked to resume), then follows the
 //! process's one [`Fanout`], with no gap and no duplicate at the handover:
 //! it subscribes before its last read and drops live events it already sent.
+//! Every cursor a stream shows or accepts is its tenant's own (see
+//! [`countersign_domain::Event`]): it counts no other tenant's events.
 
 use std::{collections::HashSet, pin::Pin, sync::Arc};
 
@@ -59,7 +61,7 @@ impl NotificationService for NotificationApi {
         let live = self.fanout.subscribe(&caller.tenant.name);
         let horizon = self
             .store
-            .event_horizon()
+            .event_horizon(Some(&caller.tenant.name))
             .await
             .map_err(|e| to_status(&e))?;
         let position = match request.after_cursor {
