@@ -560,3 +560,73 @@ async fn each_tenants_retention_is_counted_in_its_own_cursors() {
         }
     }
 }
+
+/// Opens a stream, or answers the refusal.
+async fn try_watch(app: &TestApp, key: &str) -> Result<Streaming<Notification>, tonic::Status> {
+    app.watch(key, live()).await
+}
+
+#[tokio::test]
+async fn open_streams_are_capped_per_key_and_per_tenant_and_a_closed_one_frees_its_slot() {
+    let app = TestApp::spawn_with(|c| {
+        c.watch.max_streams_per_key = 2;
+        c.watch.max_streams_per_tenant = 3;
+    })
+    .await;
+    let first_key = app.key("acme", Role::Oncall).await;
+    let second_key = app.key("acme", Role::Coordinator).await;
+    let other_tenant = app.key("globex", Role::Oncall).await;
+
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            try_watch(&app, &first_key)
+                .await
+                .expect("within the key's limit"),
+        );
+    }
+    let status = assert_code(try_watch(&app, &first_key).await, Code::ResourceExhausted);
+    assert!(
+        status.message().contains("watch.max_streams_per_key = 2"),
+        "{status:?}"
+    );
+    held.push(
+        try_watch(&app, &second_key)
+            .await
+            .expect("the tenant's third"),
+    );
+    let status = assert_code(try_watch(&app, &second_key).await, Code::ResourceExhausted);
+    assert!(
+        status
+            .message()
+            .contains("watch.max_streams_per_tenant = 3"),
+        "{status:?}"
+    );
+    let _theirs = try_watch(&app, &other_tenant)
+        .await
+        .expect("another tenant's keys have their own slots");
+
+    // Closing a stream frees its slot once the server sees it go.
+    drop(held.remove(0));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let reopened = loop {
+        match try_watch(&app, &first_key).await {
+            Ok(stream) => break stream,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot stayed taken"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    held.push(reopened);
+    assert_code(try_watch(&app, &first_key).await, Code::ResourceExhausted);
+    // The streams still held work.
+    let id = app.submit_id(&second_key, valid_spec()).await;
+    for stream in &mut held {
+        assert_eq!(next_event(stream).await.proposal.unwrap().id, id);
+    }
+}
