@@ -460,3 +460,173 @@ async fn stopping_the_server_ends_streams_with_a_cursor_to_resume_from() {
         "{status:?}"
     );
 }
+
+/// The next heartbeat, skipping any event still queued before it.
+async fn next_heartbeat(stream: &mut Streaming<Notification>) -> Notification {
+    loop {
+        let n = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("a heartbeat in time")
+            .expect("the stream stays healthy")
+            .expect("the stream stays open");
+        if n.heartbeat {
+            return n;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tenants_cursors_and_heartbeats_count_its_own_events_only() {
+    let app = TestApp::spawn_with(|c| c.watch.heartbeat = Duration::from_millis(200)).await;
+    let acme = app.key("acme", Role::Coordinator).await;
+    let acme_oncall = app.key("acme", Role::Oncall).await;
+    let globex = app.key("globex", Role::Coordinator).await;
+    let mut ours = Vec::new();
+    for _ in 0..5 {
+        ours.push(app.submit_id(&acme, valid_spec()).await);
+        for _ in 0..3 {
+            app.submit_id(&globex, valid_spec()).await;
+        }
+    }
+
+    let mut stream = app.watch(&acme_oncall, from(0)).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let n = next_event(&mut stream).await;
+        seen.push((n.cursor, n.proposal.unwrap().id));
+    }
+    let expected: Vec<(u64, String)> = (1..=5).zip(ours.iter().cloned()).collect();
+    assert_eq!(seen, expected, "1 to 5, no gap for globex's 15 events");
+
+    // globex keeps writing: acme's position does not move.
+    for _ in 0..10 {
+        app.submit_id(&globex, valid_spec()).await;
+    }
+    assert_eq!(next_heartbeat(&mut stream).await.cursor, 5);
+    let mut live = app.watch(&acme_oncall, live()).await.unwrap();
+    assert_eq!(
+        next_heartbeat(&mut live).await.cursor,
+        5,
+        "live from now: acme's newest cursor, not the log's"
+    );
+
+    // Resuming from an acme cursor, and acme's next event, after globex's.
+    let mut resumed = app.watch(&acme_oncall, from(3)).await.unwrap();
+    for (cursor, id) in &expected[3..] {
+        let n = next_event(&mut resumed).await;
+        assert_eq!((n.cursor, n.proposal.unwrap().id), (*cursor, id.clone()));
+    }
+    let sixth = app.submit_id(&acme, valid_spec()).await;
+    for stream in [&mut stream, &mut live, &mut resumed] {
+        let n = next_event(stream).await;
+        assert_eq!((n.cursor, n.proposal.unwrap().id), (6, sixth.clone()));
+    }
+    let globex_log = app.event_log("globex").await;
+    let globex_cursors: Vec<u64> = globex_log.iter().map(|e| e.cursor).collect();
+    assert_eq!(globex_cursors, (1..=25).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn each_tenants_retention_is_counted_in_its_own_cursors() {
+    let app = TestApp::spawn().await;
+    let acme = app.key("acme", Role::Coordinator).await;
+    let globex = app.key("globex", Role::Coordinator).await;
+    for key in [&acme, &globex, &acme, &globex, &acme] {
+        app.submit_id(key, valid_spec()).await;
+    }
+    let pruned = app
+        .store
+        .prune_events(countersign_domain::now_ms() + 1)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 5);
+    let acme_kept = app.submit_id(&acme, valid_spec()).await;
+    let globex_kept = app.submit_id(&globex, valid_spec()).await;
+    for (key, stale, oldest, resume, kept) in [
+        (&acme, 2, 4, 3, &acme_kept),
+        (&globex, 1, 3, 2, &globex_kept),
+    ] {
+        let status = assert_code(app.watch(key, from(stale)).await, Code::OutOfRange);
+        assert!(
+            status
+                .message()
+                .contains(&format!("oldest event available is {oldest}")),
+            "{status:?}"
+        );
+        for ok in [0, resume] {
+            let mut stream = app.watch(key, from(ok)).await.expect("in range");
+            let n = next_event(&mut stream).await;
+            assert_eq!((n.cursor, n.proposal.unwrap().id), (oldest, kept.clone()));
+        }
+    }
+}
+
+/// Opens a stream, or answers the refusal.
+async fn try_watch(app: &TestApp, key: &str) -> Result<Streaming<Notification>, tonic::Status> {
+    app.watch(key, live()).await
+}
+
+#[tokio::test]
+async fn open_streams_are_capped_per_key_and_per_tenant_and_a_closed_one_frees_its_slot() {
+    let app = TestApp::spawn_with(|c| {
+        c.watch.max_streams_per_key = 2;
+        c.watch.max_streams_per_tenant = 3;
+    })
+    .await;
+    let first_key = app.key("acme", Role::Oncall).await;
+    let second_key = app.key("acme", Role::Coordinator).await;
+    let other_tenant = app.key("globex", Role::Oncall).await;
+
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            try_watch(&app, &first_key)
+                .await
+                .expect("within the key's limit"),
+        );
+    }
+    let status = assert_code(try_watch(&app, &first_key).await, Code::ResourceExhausted);
+    assert!(
+        status.message().contains("watch.max_streams_per_key = 2"),
+        "{status:?}"
+    );
+    held.push(
+        try_watch(&app, &second_key)
+            .await
+            .expect("the tenant's third"),
+    );
+    let status = assert_code(try_watch(&app, &second_key).await, Code::ResourceExhausted);
+    assert!(
+        status
+            .message()
+            .contains("watch.max_streams_per_tenant = 3"),
+        "{status:?}"
+    );
+    let _theirs = try_watch(&app, &other_tenant)
+        .await
+        .expect("another tenant's keys have their own slots");
+
+    // Closing a stream frees its slot once the server sees it go.
+    drop(held.remove(0));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let reopened = loop {
+        match try_watch(&app, &first_key).await {
+            Ok(stream) => break stream,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the slot stayed taken"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    held.push(reopened);
+    assert_code(try_watch(&app, &first_key).await, Code::ResourceExhausted);
+    // The streams still held work.
+    let id = app.submit_id(&second_key, valid_spec()).await;
+    for stream in &mut held {
+        assert_eq!(next_event(stream).await.proposal.unwrap().id, id);
+    }
+}

@@ -50,6 +50,8 @@ fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
             heartbeat: config.watch.heartbeat,
             buffer: config.watch.buffer,
             retention: config.watch.retention,
+            max_streams_per_key: config.watch.max_streams_per_key.get(),
+            max_streams_per_tenant: config.watch.max_streams_per_tenant.get(),
             ..WatchConfig::default()
         },
         suppression: SuppressionConfig {

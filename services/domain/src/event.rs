@@ -1,5 +1,7 @@
-//! Events: every state change of a proposal, numbered by a cursor that only
-//! grows, written in the same transaction as the change.
+//! Events: every state change of a proposal, written in the same transaction
+//! as the change and numbered twice, in commit order: by its tenant's own
+//! cursor (what the tenant's watchers see and resume from) and by its position
+//! in the whole log (the order the fan-out reads every tenant's events in).
 
 use crate::{Millis, Proposal, ProposalState};
 
@@ -35,7 +37,12 @@ impl EventKind {
 /// One logged event, with its proposal as the event left it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// The tenant's own cursor: 1, 2, 3… over its events only, so it tells
+    /// nothing of other tenants' activity.
     pub cursor: u64,
+    /// The place in the whole log, every tenant's events together; internal
+    /// (the fan-out's read position), never shown to a tenant.
+    pub position: u64,
     pub kind: EventKind,
     /// When the change committed.
     pub created_at: Millis,
@@ -51,6 +58,7 @@ impl Event {
     /// state the event recorded, and the decision and cancel reason only once
     /// that state is terminal.
     pub fn at(
+        position: u64,
         cursor: u64,
         kind: EventKind,
         state: ProposalState,
@@ -67,6 +75,7 @@ impl Event {
         }
         Event {
             cursor,
+            position,
             kind,
             created_at,
             proposal: current,
@@ -74,7 +83,8 @@ impl Event {
     }
 }
 
-/// What the event log still holds.
+/// What the event log still holds: of one tenant, in its own cursors, or of
+/// the whole log, in positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EventHorizon {
     /// Every event up to and including this cursor has been pruned (0: none).

@@ -142,19 +142,22 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<OverdueReview>>;
     /// Results dropped because their proposal was already terminal.
     async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64>;
-    /// Events of one proposal, oldest first.
+    /// Events of one proposal, oldest first, with its tenant's cursors.
     async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<StoreEvent>>;
 
-    /// Logged events with a cursor greater than `after`, oldest first, each with
-    /// its proposal as the event left it; one tenant's or (`None`) everyone's.
+    /// Logged events, oldest first, each with its proposal as the event left
+    /// it: with `tenant`, that tenant's events after its own cursor `after` (a
+    /// watcher's replay); with `None`, every tenant's after log position
+    /// `after` (the fan-out). See [`Event`] for the two numberings.
     async fn events_after(
         &self,
         after: u64,
         tenant: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Event>>;
-    /// How far the log reaches back, and its newest cursor.
-    async fn event_horizon(&self) -> Result<EventHorizon>;
+    /// How far the log reaches back, and its newest: `tenant`'s part in its
+    /// own cursors, or (`None`) the whole log in positions.
+    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon>;
     /// Deletes events committed before `created_before`; returns how many.
     async fn prune_events(&self, created_before: Millis) -> Result<u64>;
     /// Refreshes the planner's statistics of tables that grew or changed a

@@ -1,5 +1,6 @@
-//! PostgreSQL only: event cursors are handed out in commit order, so a watcher
-//! reading `cursor > N` never skips an event that commits late.
+//! PostgreSQL only: event cursors (log positions, and each tenant's own
+//! cursors) are handed out in commit order, so a reader following the log or
+//! one tenant's part of it never skips an event that commits late.
 
 #[path = "support/postgres.rs"]
 mod support;
@@ -67,9 +68,9 @@ async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until
     // Tenant a's transaction appends an event and stays open.
     let mut conn = db.app_connection().await;
     let mut slow = in_tenant_a(&mut conn).await;
-    let slow_cursor: i64 = sqlx::query_scalar(
+    let (slow_position, slow_cursor): (i64, i64) = sqlx::query_as(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
-         VALUES ('a', $1, 'SUPPRESSED', 'pending', 1) RETURNING cursor",
+         VALUES ('a', $1, 'SUPPRESSED', 'pending', 1) RETURNING cursor, tenant_cursor",
     )
     .bind(&earlier.id)
     .fetch_one(&mut *slow)
@@ -95,14 +96,23 @@ async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until
         .expect("the second writer proceeds once the first commits")
         .unwrap();
     let events = store.events_after(0, None, 100).await.unwrap();
-    let cursors: Vec<(String, u64)> = events
+    let positions: Vec<(String, u64, u64)> = events
         .iter()
-        .map(|e| (e.proposal.id.clone(), e.cursor))
+        .map(|e| (e.proposal.id.clone(), e.position, e.cursor))
         .collect();
-    assert_eq!(cursors.len(), 3);
-    assert_eq!(cursors[1], (earlier.id.clone(), slow_cursor as u64));
-    assert_eq!(cursors[2].0, fast.proposal().id);
-    assert!(cursors[0].1 < cursors[1].1 && cursors[1].1 < cursors[2].1);
+    assert_eq!(positions.len(), 3);
+    assert_eq!(
+        positions[1],
+        (earlier.id.clone(), slow_position as u64, 2),
+        "a's second event, its tenant cursor drawn under the lock"
+    );
+    assert_eq!(slow_cursor, 2);
+    assert_eq!(
+        (positions[2].0.as_str(), positions[2].2),
+        (fast.proposal().id.as_str(), 1),
+        "b's first event: a's count none of it"
+    );
+    assert!(positions[0].1 < positions[1].1 && positions[1].1 < positions[2].1);
 }
 
 async fn write(store: DynStore, tenant: String, n: usize) {
@@ -147,6 +157,42 @@ async fn append_slowly(url: String, tenant: String, proposal: String, n: usize) 
     }
 }
 
+/// Where one follower is: the whole log (`None`, by position) or one tenant's
+/// part of it (by that tenant's cursor), and the events it has read.
+struct Follower {
+    tenant: Option<&'static str>,
+    last: u64,
+    seen: Vec<u64>,
+}
+
+impl Follower {
+    fn new(tenant: Option<&'static str>) -> Follower {
+        Follower {
+            tenant,
+            last: 0,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads every event after the last one it read; true if there were any.
+    async fn read(&mut self, store: &DynStore) -> bool {
+        let page = store.events_after(self.last, self.tenant, 7).await.unwrap();
+        for event in &page {
+            let at = match self.tenant {
+                None => event.position,
+                Some(tenant) => {
+                    assert_eq!(event.tenant(), tenant);
+                    event.cursor
+                }
+            };
+            assert!(at > self.last);
+            self.last = at;
+            self.seen.push(at);
+        }
+        !page.is_empty()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writers() {
     let db = TestDatabase::migrated().await;
@@ -165,9 +211,14 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
         store.create_tenant(&tenant).await.unwrap();
         writers.push(tokio::spawn(write(store.clone(), tenant, EACH)));
     }
+    // Two appenders per tenant: a tenant's own cursors are drawn by
+    // concurrent transactions too.
+    const RAW: [&str; 2] = ["raw0", "raw1"];
+    for tenant in RAW {
+        store.create_tenant(tenant).await.unwrap();
+    }
     for a in 0..APPENDERS {
-        let tenant = format!("raw{a}");
-        store.create_tenant(&tenant).await.unwrap();
+        let tenant = RAW[a % RAW.len()].to_owned();
         let p = store.insert_proposal(new_proposal(&tenant)).await.unwrap();
         let id = p.proposal().id.clone();
         writers.push(tokio::spawn(append_slowly(
@@ -177,21 +228,22 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
             EACH,
         )));
     }
-    // The watcher: every event after the last one it saw, over and over.
-    let mut seen = Vec::new();
-    let mut last = 0;
+    // The watchers: every event after the last one each saw, over and over;
+    // one follows the whole log, one each of the appenders' tenants.
+    let mut followers: Vec<Follower> = [None, Some(RAW[0]), Some(RAW[1])]
+        .into_iter()
+        .map(Follower::new)
+        .collect();
     let expected = WRITERS * EACH * 3 + APPENDERS * (1 + EACH);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while seen.len() < expected {
+    loop {
         assert!(tokio::time::Instant::now() < deadline, "writers stalled");
-        for event in store.events_after(last, None, 7).await.unwrap() {
-            assert!(event.cursor > last);
-            last = event.cursor;
-            seen.push(event.cursor);
+        let finished = writers.iter().all(|w| w.is_finished());
+        let mut read = false;
+        for follower in &mut followers {
+            read |= follower.read(&store).await;
         }
-        if writers.iter().all(|w| w.is_finished())
-            && store.events_after(last, None, 1).await.unwrap().is_empty()
-        {
+        if finished && !read {
             break;
         }
         tokio::task::yield_now().await;
@@ -199,17 +251,37 @@ async fn a_reader_following_the_log_never_skips_an_event_under_concurrent_writer
     for writer in writers {
         writer.await.unwrap();
     }
-    let everything: Vec<u64> = store
-        .events_after(0, None, 10_000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.cursor)
-        .collect();
-    assert_eq!(everything.len(), expected);
-    assert_eq!(seen, everything, "the follower read every event, in order");
-    let horizon = store.event_horizon().await.unwrap();
-    assert_eq!(horizon.latest, *everything.last().unwrap());
+    let everything = store.events_after(0, None, 10_000).await.unwrap();
+    let positions: Vec<u64> = everything.iter().map(|e| e.position).collect();
+    assert_eq!(positions.len(), expected);
+    assert_eq!(
+        followers[0].seen, positions,
+        "the follower read every event, in order"
+    );
+    let horizon = store.event_horizon(None).await.unwrap();
+    assert_eq!(horizon.latest, *positions.last().unwrap());
+    // Each tenant's cursors, taken in the log's (commit) order, are 1, 2, 3…
+    let tenants: std::collections::BTreeSet<&str> = everything.iter().map(|e| e.tenant()).collect();
+    for tenant in tenants {
+        let cursors: Vec<u64> = everything
+            .iter()
+            .filter(|e| e.tenant() == tenant)
+            .map(|e| e.cursor)
+            .collect();
+        let n = cursors.len() as u64;
+        assert_eq!(cursors, (1..=n).collect::<Vec<_>>(), "{tenant}");
+        let horizon = store.event_horizon(Some(tenant)).await.unwrap();
+        assert_eq!(horizon.latest, n, "{tenant}");
+    }
+    for follower in &followers[1..] {
+        let n = (APPENDERS / RAW.len() * (1 + EACH)) as u64;
+        assert_eq!(
+            follower.seen,
+            (1..=n).collect::<Vec<_>>(),
+            "{:?}: the tenant's follower read every event of it, in order",
+            follower.tenant
+        );
+    }
 }
 
 /// A state change's event is written when its transaction commits, so the
@@ -244,19 +316,19 @@ async fn a_state_change_in_an_open_transaction_holds_up_no_other_writer() {
 
     slow.commit().await.unwrap();
     let events = store.events_after(0, None, 100).await.unwrap();
-    let order: Vec<(&str, EventKind)> = events
+    let order: Vec<(&str, EventKind, u64)> = events
         .iter()
-        .map(|e| (e.proposal.id.as_str(), e.kind))
+        .map(|e| (e.proposal.id.as_str(), e.kind, e.cursor))
         .collect();
     assert_eq!(
         order,
         [
-            (earlier.id.as_str(), EventKind::Submitted),
-            (fast.proposal().id.as_str(), EventKind::Submitted),
-            (earlier.id.as_str(), EventKind::Cancelled),
+            (earlier.id.as_str(), EventKind::Submitted, 1),
+            (fast.proposal().id.as_str(), EventKind::Submitted, 1),
+            (earlier.id.as_str(), EventKind::Cancelled, 2),
         ]
     );
-    assert!(events.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
 }
 
 /// What a racing operation may answer: done, or refused because another got
@@ -337,7 +409,16 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
     }
     // Every proposal ended in exactly one terminal state, with its event.
     let events = store.events_after(0, None, 10_000).await.unwrap();
-    assert!(events.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    assert!(events.windows(2).all(|w| w[0].position < w[1].position));
+    for tenant in ["a", "b"] {
+        let cursors: Vec<u64> = events
+            .iter()
+            .filter(|e| e.tenant() == tenant)
+            .map(|e| e.cursor)
+            .collect();
+        let n = cursors.len() as u64;
+        assert_eq!(cursors, (1..=n).collect::<Vec<_>>(), "{tenant}");
+    }
     let ends = events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Rejected | EventKind::Cancelled))

@@ -254,7 +254,7 @@ async fn the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters() {
             one_tenant.as_str(),
             "10, 'acme'",
             vec![
-                "Index Scan using events_by_tenant on events e",
+                "Index Scan using events_by_tenant_cursor on events e",
                 "Index Scan using proposals_pkey on proposals p",
             ],
         ),

@@ -276,7 +276,7 @@ pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_
 
     let all = store.events_after(0, None, 100).await.unwrap();
     assert_eq!(all.len(), 3);
-    assert!(all.windows(2).all(|w| w[0].cursor < w[1].cursor));
+    assert!(all.windows(2).all(|w| w[0].position < w[1].position));
     let of_a = store.events_after(0, Some("a"), 100).await.unwrap();
     let kinds: Vec<_> = of_a.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [EventKind::Submitted, EventKind::Cancelled]);
@@ -293,8 +293,11 @@ pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_
         .unwrap();
     assert_eq!(after_first, of_a[1..]);
     assert_eq!(store.events_after(0, None, 1).await.unwrap().len(), 1);
-    let horizon = store.event_horizon().await.unwrap();
-    assert_eq!((horizon.pruned_through, horizon.latest), (0, all[2].cursor));
+    let horizon = store.event_horizon(None).await.unwrap();
+    assert_eq!(
+        (horizon.pruned_through, horizon.latest),
+        (0, all[2].position)
+    );
 }
 
 pub async fn pruning_moves_the_horizon_and_keeps_newer_events(store: DynStore) {
@@ -306,17 +309,180 @@ pub async fn pruning_moves_the_horizon_and_keeps_newer_events(store: DynStore) {
     let cutoff = before[2].created_at + 1;
     assert_eq!(store.prune_events(cutoff).await.unwrap(), 3);
     assert_eq!(store.prune_events(cutoff).await.unwrap(), 0, "idempotent");
-    let horizon = store.event_horizon().await.unwrap();
-    assert_eq!(horizon.pruned_through, before[2].cursor);
+    let horizon = store.event_horizon(None).await.unwrap();
+    assert_eq!(horizon.pruned_through, before[2].position);
     assert_eq!(
-        horizon.latest, before[2].cursor,
-        "the newest cursor is kept"
+        horizon.latest, before[2].position,
+        "the newest position is kept"
     );
-    assert!(horizon.is_pruned(before[0].cursor));
+    assert!(horizon.is_pruned(before[0].position));
     store.insert_proposal(new_proposal("a", "")).await.unwrap();
     let kept = store.events_after(0, None, 100).await.unwrap();
     assert_eq!(kept.len(), 1);
-    assert!(kept[0].cursor > before[2].cursor, "cursors never go back");
+    assert!(
+        kept[0].position > before[2].position,
+        "positions never go back"
+    );
+}
+
+/// (cursor, kind) of each of `tenant`'s events, oldest first.
+async fn tenant_log(store: &DynStore, tenant: &str) -> Vec<(u64, EventKind)> {
+    store
+        .events_after(0, Some(tenant), 1_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.cursor, e.kind))
+        .collect()
+}
+
+/// Tenant `b` writes between each of `a`'s writes: every kind of write (a
+/// submission, a batch of review starts, a batch of decisions, counted
+/// retries, a cancel), some of them one batch over both tenants.
+async fn interleave(store: &DynStore) -> Vec<countersign_domain::Proposal> {
+    let mut of_a = Vec::new();
+    for round in 0..3 {
+        let a = store
+            .insert_proposal(new_proposal("a", ""))
+            .await
+            .unwrap()
+            .proposal()
+            .clone();
+        let mut b_ids = Vec::new();
+        for _ in 0..round + 2 {
+            let b = store.insert_proposal(new_proposal("b", "")).await.unwrap();
+            b_ids.push(b.proposal().id.clone());
+        }
+        let keys: Vec<countersign_store::ReviewKey> = [("a", &a.id), ("b", &b_ids[0])]
+            .into_iter()
+            .map(|(tenant, id)| countersign_store::ReviewKey {
+                tenant: tenant.into(),
+                id: id.clone(),
+            })
+            .collect();
+        store.begin_reviews(&keys, "w").await.unwrap();
+        let decisions = keys
+            .iter()
+            .map(|k| (k.clone(), rejection(&a.spec)))
+            .collect();
+        store.record_decisions(decisions).await.unwrap();
+        store
+            .record_suppressed(keys.iter().map(|k| (k.clone(), 2)).collect())
+            .await
+            .unwrap();
+        store
+            .cancel_proposal("b", b_ids.last().unwrap(), "no")
+            .await
+            .unwrap();
+        of_a.push(a);
+    }
+    of_a
+}
+
+pub async fn each_tenant_numbers_its_own_events_one_by_one_whatever_another_writes(
+    store: DynStore,
+) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let of_a = interleave(&store).await;
+
+    // a: SUBMITTED, REVIEW_STARTED, REJECTED, SUPPRESSED per round, and the
+    // breaker's trip on the third rejection.
+    let a = tenant_log(&store, "a").await;
+    let kinds: Vec<EventKind> = a.iter().map(|e| e.1).collect();
+    assert_eq!(
+        kinds[8..],
+        [
+            EventKind::Submitted,
+            EventKind::ReviewStarted,
+            EventKind::Rejected,
+            EventKind::BreakerTripped,
+            EventKind::Suppressed
+        ]
+    );
+    let cursors: Vec<u64> = a.iter().map(|e| e.0).collect();
+    assert_eq!(
+        cursors,
+        (1..=13).collect::<Vec<_>>(),
+        "no gap for b's events"
+    );
+    let b = tenant_log(&store, "b").await;
+    let b_cursors: Vec<u64> = b.iter().map(|e| e.0).collect();
+    assert_eq!(b_cursors, (1..=b.len() as u64).collect::<Vec<_>>());
+    for (tenant, n) in [("a", 13), ("b", b.len() as u64)] {
+        let horizon = store.event_horizon(Some(tenant)).await.unwrap();
+        assert_eq!((horizon.pruned_through, horizon.latest), (0, n), "{tenant}");
+    }
+    assert_eq!(
+        store.event_horizon(Some("nobody")).await.unwrap(),
+        Default::default()
+    );
+
+    // The whole log, by position: both tenants, in the same order.
+    let all = store.events_after(0, None, 1_000).await.unwrap();
+    assert_eq!(all.len(), a.len() + b.len());
+    assert!(all.windows(2).all(|w| w[0].position < w[1].position));
+    let a_by_position: Vec<(u64, EventKind)> = all
+        .iter()
+        .filter(|e| e.tenant() == "a")
+        .map(|e| (e.cursor, e.kind))
+        .collect();
+    assert_eq!(
+        a_by_position, a,
+        "a tenant's cursors follow the log's order"
+    );
+
+    // Resuming after a tenant cursor gives the rest of that tenant's events.
+    let rest = store.events_after(5, Some("a"), 1_000).await.unwrap();
+    let rest: Vec<(u64, EventKind)> = rest.iter().map(|e| (e.cursor, e.kind)).collect();
+    assert_eq!(rest, a[5..]);
+    let paged = store.events_after(5, Some("a"), 2).await.unwrap();
+    assert_eq!(paged.iter().map(|e| e.cursor).collect::<Vec<_>>(), [6, 7]);
+    let events = store.proposal_events("a", &of_a[1].id).await.unwrap();
+    let cursors: Vec<Option<i64>> = events.iter().map(|e| e.cursor).collect();
+    assert_eq!(cursors, [Some(5), Some(6), Some(7), Some(8)]);
+}
+
+pub async fn pruning_keeps_each_tenants_numbering_and_moves_its_own_horizon(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    for tenant in ["a", "b", "a"] {
+        store
+            .insert_proposal(new_proposal(tenant, ""))
+            .await
+            .unwrap();
+    }
+    let before = store.events_after(0, None, 100).await.unwrap();
+    let cutoff = before.iter().map(|e| e.created_at).max().unwrap() + 1;
+    assert_eq!(store.prune_events(cutoff).await.unwrap(), 3);
+    for (tenant, n) in [("a", 2), ("b", 1)] {
+        let horizon = store.event_horizon(Some(tenant)).await.unwrap();
+        assert_eq!(
+            (horizon.pruned_through, horizon.latest),
+            (n, n),
+            "{tenant}: its newest cursor is kept once all its events are pruned"
+        );
+    }
+    for tenant in ["a", "b"] {
+        store
+            .insert_proposal(new_proposal(tenant, ""))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        tenant_log(&store, "a").await,
+        [(3, EventKind::Submitted)],
+        "a tenant's cursors never go back"
+    );
+    assert_eq!(tenant_log(&store, "b").await, [(2, EventKind::Submitted)]);
+    let a = store.event_horizon(Some("a")).await.unwrap();
+    assert_eq!((a.pruned_through, a.latest), (2, 3));
+    assert!(a.is_pruned(1), "a's first event is gone");
+    assert!(!a.is_pruned(2) && !a.is_pruned(0));
+    assert_eq!(store.events_after(2, Some("a"), 10).await.unwrap().len(), 1);
+    let b = store.event_horizon(Some("b")).await.unwrap();
+    assert_eq!((b.pruned_through, b.latest), (1, 2));
+    assert!(!b.is_pruned(1), "b's retention is its own");
 }
 
 async fn put_online(store: &DynStore, tenant: &str, id: &str, cluster: &str) {
@@ -1358,6 +1524,8 @@ macro_rules! every_store_test {
             an_approval_whose_sop_was_retired_before_commit_is_stale,
             events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
             pruning_moves_the_horizon_and_keeps_newer_events,
+            each_tenant_numbers_its_own_events_one_by_one_whatever_another_writes,
+            pruning_keeps_each_tenants_numbering_and_moves_its_own_horizon,
             a_decision_is_recorded_once_and_a_late_result_is_discarded,
             a_result_after_a_cancel_is_discarded_not_applied,
             racing_results_and_a_cancel_leave_exactly_one_terminal_state,

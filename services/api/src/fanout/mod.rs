@@ -39,6 +39,10 @@ pub struct WatchConfig {
     pub poll_every: Duration,
     /// How often expired events are pruned.
     pub prune_every: Duration,
+    /// Streams one API key may hold open in this process.
+    pub max_streams_per_key: usize,
+    /// Streams one tenant's keys may hold open in this process.
+    pub max_streams_per_tenant: usize,
 }
 
 impl Default for WatchConfig {
@@ -51,6 +55,8 @@ impl Default for WatchConfig {
             stall: Duration::from_secs(10),
             poll_every: Duration::from_millis(200),
             prune_every: Duration::from_secs(60),
+            max_streams_per_key: 64,
+            max_streams_per_tenant: 1024,
         }
     }
 }

@@ -20,15 +20,15 @@ const PAGE: u32 = 512;
 /// Pause after a failed read before trying again.
 const BACKOFF: Duration = Duration::from_millis(500);
 
-/// Where the pump starts: the newest event committed now (what is older is
-/// for replays to read). Read before the server answers its first call: an
+/// Where the pump starts: the log position of the newest event committed now
+/// (what is older is for replays to read). Read before the server answers its first call: an
 /// `AwaitDecision` that saw its proposal still open must hear of every event
 /// after that read, and a pump that took its start later could begin past the
 /// decision and never publish it (the call would then wait out its deadline).
 /// Retries while the log cannot be read.
 pub async fn live_position(store: &DynStore) -> u64 {
     loop {
-        match store.event_horizon().await {
+        match store.event_horizon(None).await {
             Ok(horizon) => return horizon.latest,
             Err(error) => {
                 tracing::warn!(%error, "fanout: cannot read the event log yet");
@@ -151,14 +151,15 @@ async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bo
     }
 }
 
-/// Publishes every event after `position`, in order; returns the new position.
+/// Publishes every event after log position `position`, in order; returns
+/// the new position.
 async fn drain(fanout: &Fanout, store: &DynStore, mut position: u64) -> u64 {
     loop {
         match store.events_after(position, None, PAGE).await {
             Ok(events) => {
                 let full = events.len() as u32 == PAGE;
                 for event in events {
-                    position = event.cursor;
+                    position = event.position;
                     fanout.publish(Arc::new(Published::new(event)));
                 }
                 if !full {

@@ -142,6 +142,7 @@ mod tests {
         };
         Arc::new(Published::new(Event::at(
             7,
+            3,
             EventKind::Approved,
             ProposalState::Approved,
             0,

@@ -2,8 +2,14 @@
 //! stream replays from the store (when asked to resume), then follows the
 //! process's one [`Fanout`], with no gap and no duplicate at the handover:
 //! it subscribes before its last read and drops live events it already sent.
+//! Every cursor a stream shows or accepts is its tenant's own (see
+//! [`countersign_domain::Event`]): it counts no other tenant's events.
 
-use std::{collections::HashSet, pin::Pin, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    pin::Pin,
+    sync::{Arc, Mutex},
+};
 
 use countersign_domain::{Event, Permission};
 use countersign_proto::{
@@ -33,6 +39,7 @@ pub struct NotificationApi {
     store: DynStore,
     fanout: Fanout,
     config: WatchConfig,
+    slots: StreamSlots,
 }
 
 impl NotificationApi {
@@ -41,6 +48,7 @@ impl NotificationApi {
             store,
             fanout,
             config,
+            slots: StreamSlots::default(),
         }
     }
 }
@@ -55,11 +63,12 @@ impl NotificationService for NotificationApi {
         let caller = Caller::authorize(&request, Permission::Watch)?;
         let request = request.into_inner();
         let filter = Filter::from_request(&request)?;
+        let slot = self.slots.take(&caller, &self.config)?;
         // Subscribe first: whatever is published from here on reaches us.
         let live = self.fanout.subscribe(&caller.tenant.name);
         let horizon = self
             .store
-            .event_horizon()
+            .event_horizon(Some(&caller.tenant.name))
             .await
             .map_err(|e| to_status(&e))?;
         let position = match request.after_cursor {
@@ -93,7 +102,7 @@ impl NotificationService for NotificationApi {
         let closing = self.fanout.closing();
         let connected = Connected::open(&caller.tenant.name);
         tokio::spawn(async move {
-            let _connected = connected;
+            let _held = (slot, connected);
             let end = watcher.run(position.is_some(), closing).await;
             if let Some(status) = end {
                 let _ = end_tx.send(status).await;
@@ -104,6 +113,83 @@ impl NotificationService for NotificationApi {
             .map(Ok)
             .chain(ReceiverStream::new(end_rx).map(Err));
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// The streams open in this process, per API key and per tenant, each count
+/// capped (`watch.max_streams_per_key`, `watch.max_streams_per_tenant`): one
+/// key cannot hold the memory of thousands of streams.
+#[derive(Default, Clone)]
+struct StreamSlots(Arc<Mutex<OpenStreams>>);
+
+#[derive(Default)]
+struct OpenStreams {
+    by_key: HashMap<String, usize>,
+    by_tenant: HashMap<String, usize>,
+}
+
+impl StreamSlots {
+    /// A slot for one more stream of the caller's key and tenant, or
+    /// RESOURCE_EXHAUSTED naming the limit it would pass.
+    fn take(&self, caller: &Caller, config: &WatchConfig) -> Result<Slot, Status> {
+        let key = &caller.principal.key_id;
+        let tenant = &caller.tenant.name;
+        let mut open = self.0.lock().expect("stream slots lock");
+        let refused = |scope: &str, setting: &str, limit: usize| {
+            metrics::counter!("countersign_watch_refused_total", "limit" => setting.to_owned())
+                .increment(1);
+            Status::resource_exhausted(format!(
+                "{scope} has {limit} Watch streams open, the most allowed \
+                 (watch.{setting} = {limit}): end one before opening another"
+            ))
+        };
+        if open.by_key.get(key).copied().unwrap_or(0) >= config.max_streams_per_key {
+            return Err(refused(
+                "this API key",
+                "max_streams_per_key",
+                config.max_streams_per_key,
+            ));
+        }
+        if open.by_tenant.get(tenant).copied().unwrap_or(0) >= config.max_streams_per_tenant {
+            return Err(refused(
+                "this tenant",
+                "max_streams_per_tenant",
+                config.max_streams_per_tenant,
+            ));
+        }
+        *open.by_key.entry(key.clone()).or_default() += 1;
+        *open.by_tenant.entry(tenant.clone()).or_default() += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            key: key.clone(),
+            tenant: tenant.clone(),
+        })
+    }
+}
+
+/// One open stream's place in [`StreamSlots`], given back when the stream's
+/// task ends (client gone, cut off, shutdown) or the call is refused.
+struct Slot {
+    slots: StreamSlots,
+    key: String,
+    tenant: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.slots.0.lock().expect("stream slots lock");
+        let open = &mut *open;
+        for (counts, name) in [
+            (&mut open.by_key, &self.key),
+            (&mut open.by_tenant, &self.tenant),
+        ] {
+            if let Some(n) = counts.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(name);
+                }
+            }
+        }
     }
 }
 

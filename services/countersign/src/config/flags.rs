@@ -82,6 +82,12 @@ pub struct ServeArgs {
     /// watch.retention: how long events are kept to resume from.
     #[arg(long)]
     pub event_retention: Option<String>,
+    /// watch.max_streams_per_key: `Watch` streams one API key may hold open.
+    #[arg(long)]
+    pub watch_max_streams_per_key: Option<String>,
+    /// watch.max_streams_per_tenant: `Watch` streams one tenant may hold open.
+    #[arg(long)]
+    pub watch_max_streams_per_tenant: Option<String>,
     /// suppression.capacity: rejections kept to answer identical retries.
     #[arg(long)]
     pub suppression_capacity: Option<String>,
@@ -109,7 +115,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The flags given, as (flag, key, value).
     pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
-        let all: [(&'static str, &'static str, &Option<String>); 30] = [
+        let all: [(&'static str, &'static str, &Option<String>); 32] = [
             ("--listen", "listen", &self.listen),
             ("--role", "role", &self.role),
             ("--data-dir", "data_dir", &self.data_dir),
@@ -172,6 +178,16 @@ impl ServeArgs {
                 "--event-retention",
                 "watch.retention",
                 &self.event_retention,
+            ),
+            (
+                "--watch-max-streams-per-key",
+                "watch.max_streams_per_key",
+                &self.watch_max_streams_per_key,
+            ),
+            (
+                "--watch-max-streams-per-tenant",
+                "watch.max_streams_per_tenant",
+                &self.watch_max_streams_per_tenant,
             ),
             (
                 "--suppression-capacity",

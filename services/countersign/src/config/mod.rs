@@ -8,7 +8,12 @@ mod flags;
 mod print;
 mod sources;
 
-use std::{net::SocketAddr, num::NonZeroU32, path::PathBuf, time::Duration};
+use std::{
+    net::SocketAddr,
+    num::{NonZeroU32, NonZeroUsize},
+    path::PathBuf,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +170,10 @@ pub struct WatchSection {
     /// How long events are kept for watchers to resume from.
     #[serde(with = "duration")]
     pub retention: Duration,
+    /// Streams one API key may hold open in this process.
+    pub max_streams_per_key: NonZeroUsize,
+    /// Streams one tenant's keys may hold open in this process.
+    pub max_streams_per_tenant: NonZeroUsize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -283,6 +292,8 @@ impl Default for WatchSection {
             heartbeat: secs(15),
             buffer: 1024,
             retention: secs(7 * 24 * 3600),
+            max_streams_per_key: NonZeroUsize::new(64).expect("non-zero"),
+            max_streams_per_tenant: NonZeroUsize::new(1024).expect("non-zero"),
         }
     }
 }

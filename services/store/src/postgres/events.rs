@@ -1,5 +1,6 @@
-//! The event log: read by cursor (commit-ordered; see
-//! migrations/postgres/0002_review.sql), its horizon, and its retention.
+//! The event log: read by log position or by a tenant's own cursor (both
+//! commit-ordered; see migrations/postgres/0002_review.sql and
+//! 0012_tenant_cursors.sql), its horizons, and its retention.
 
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use sqlx::{PgPool, Row};
@@ -14,8 +15,8 @@ use crate::{
 pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
     let mut tx = scope::tenant(pool, tenant).await?;
     let rows = sqlx::query(
-        "SELECT cursor, tenant, proposal_id, kind, state FROM events
-         WHERE tenant = $1 AND proposal_id = $2 ORDER BY cursor",
+        "SELECT tenant_cursor, tenant, proposal_id, kind, state FROM events
+         WHERE tenant = $1 AND proposal_id = $2 ORDER BY tenant_cursor",
     )
     .bind(tenant)
     .bind(id)
@@ -27,7 +28,7 @@ pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<St
             let kind: String = row.try_get("kind")?;
             let state: String = row.try_get("state")?;
             Ok(StoreEvent {
-                cursor: Some(row.try_get("cursor")?),
+                cursor: Some(row.try_get("tenant_cursor")?),
                 tenant: row.try_get("tenant")?,
                 proposal_id: row.try_get("proposal_id")?,
                 kind: kind
@@ -41,8 +42,9 @@ pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<St
         .collect()
 }
 
-/// Events past a cursor (`$1`): every tenant's (the fan-out, in system
-/// scope), or one tenant's (`$2`: a watcher's replay, in its scope). The limit
+/// Events past `$1`: every tenant's past a log position (the fan-out, in
+/// system scope), or one tenant's (`$2`) past its own cursor (a watcher's
+/// replay, in its scope). The limit
 /// is written into the text (callers use a fixed page size): planned for an
 /// unknown limit, PostgreSQL expects a tenth of the table and, once the tables
 /// are large, prefers hashing all of `proposals` to reading it by key. One
@@ -59,22 +61,26 @@ pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<St
 /// prefixed `d_` (see [`DECISION_COLUMNS`]).
 #[doc(hidden)]
 pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
-    let tenant = if one_tenant { "e.tenant = $2 AND " } else { "" };
+    let (tenant, order) = if one_tenant {
+        ("e.tenant = $2 AND ", "tenant_cursor")
+    } else {
+        ("", "cursor")
+    };
     let decision = DECISION_COLUMNS
         .iter()
         .map(|c| format!("d.{c} AS d_{c}"))
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
-                e.created_at AS ev_at, p.*, d.*
-         FROM (SELECT * FROM events e WHERE {tenant}e.cursor > $1
-               ORDER BY e.cursor LIMIT {limit}) AS e
+        "SELECT e.cursor AS ev_position, e.tenant_cursor AS ev_cursor, e.kind AS ev_kind,
+                e.state AS ev_state, e.created_at AS ev_at, p.*, d.*
+         FROM (SELECT * FROM events e WHERE {tenant}e.{order} > $1
+               ORDER BY e.{order} LIMIT {limit}) AS e
          CROSS JOIN LATERAL (SELECT * FROM proposals p WHERE p.id = e.proposal_id
                              AND p.tenant IS NOT DISTINCT FROM e.tenant LIMIT 1) AS p
          LEFT JOIN LATERAL (SELECT {decision} FROM decisions d WHERE d.proposal_id = p.id
                             AND d.tenant IS NOT DISTINCT FROM p.tenant LIMIT 1) AS d ON true
-         ORDER BY e.cursor"
+         ORDER BY e.{order}"
     )
 }
 
@@ -95,6 +101,8 @@ const DECISION_COLUMNS: [&str; 13] = [
     "review_latency_ms",
 ];
 
+/// With `tenant`, its events after its own cursor `after`; without, every
+/// tenant's after log position `after`.
 #[tracing::instrument(name = "store.postgres.events_after", skip(pool))]
 pub async fn after(
     pool: &PgPool,
@@ -116,21 +124,23 @@ pub async fn after(
     tx.commit().await?;
     let mut events = Vec::with_capacity(rows.len());
     for row in &rows {
+        let position: i64 = row.try_get("ev_position")?;
         let cursor: i64 = row.try_get("ev_cursor")?;
         let kind: String = row.try_get("ev_kind")?;
         let state: String = row.try_get("ev_state")?;
         let kind: EventKind = kind
             .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+            .map_err(|e| StoreError::Corrupt(format!("event {position}: {e}")))?;
         let state: ProposalState = state
             .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event {cursor}: {e}")))?;
+            .map_err(|e| StoreError::Corrupt(format!("event {position}: {e}")))?;
         let mut proposal = proposals::from_row(row)?;
         let decided: Option<String> = row.try_get("d_proposal_id")?;
         if proposal.state.is_terminal() && decided.is_some() {
             proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
         }
         events.push(Event::at(
+            position as u64,
             cursor as u64,
             kind,
             state,
@@ -142,16 +152,37 @@ pub async fn after(
 }
 
 /// The newest committed cursor (kept by the retention mark once every event
-/// has been pruned) and the mark itself.
-pub async fn horizon(pool: &PgPool) -> Result<EventHorizon> {
-    let mut tx = scope::system(pool).await?;
-    let (pruned, newest): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
-                COALESCE((SELECT MAX(cursor) FROM events), 0)",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
+/// has been pruned) and the mark itself: `tenant`'s, in its own cursors, in
+/// its scope (see migrations/postgres/0012), or the whole log's, in positions.
+pub async fn horizon(pool: &PgPool, tenant: Option<&str>) -> Result<EventHorizon> {
+    let (pruned, newest): (i64, i64) = match tenant {
+        Some(tenant) => {
+            let mut tx = scope::tenant(pool, tenant).await?;
+            let horizon = sqlx::query_as(
+                "SELECT COALESCE(h.pruned_through, 0),
+                        GREATEST((SELECT MAX(tenant_cursor) FROM events WHERE tenant = $1),
+                                 h.numbered_after, 0)
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN tenant_event_horizons AS h ON h.tenant = $1",
+            )
+            .bind(tenant)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            horizon
+        }
+        None => {
+            let mut tx = scope::system(pool).await?;
+            let horizon = sqlx::query_as(
+                "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
+                        COALESCE((SELECT MAX(cursor) FROM events), 0)",
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            horizon
+        }
+    };
     Ok(EventHorizon {
         pruned_through: pruned.max(0) as u64,
         latest: newest.max(pruned).max(0) as u64,
@@ -162,7 +193,8 @@ pub async fn horizon(pool: &PgPool) -> Result<EventHorizon> {
 const PRUNE_SLICE: i64 = 50_000;
 
 /// Deletes the oldest events, up to the newest of them committed before
-/// `created_before`, and moves the retention mark, a slice per transaction.
+/// `created_before`, and moves the retention marks (the log's and each
+/// tenant's), a slice per transaction.
 #[tracing::instrument(name = "store.postgres.prune_events", skip(pool))]
 pub async fn prune(pool: &PgPool, created_before: Millis) -> Result<u64> {
     let mut total = 0;
@@ -196,11 +228,21 @@ async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     let Some(through) = through else {
         return Ok(0);
     };
-    let deleted = sqlx::query("DELETE FROM events WHERE cursor <= $1")
-        .bind(through)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    // Each tenant's mark: its newest cursor among the events going (the
+    // pruned part of the log is a prefix, so of each tenant's too). Marks are
+    // moved in tenant order, so pruners of two processes never deadlock.
+    let deleted: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM events WHERE cursor <= $1 RETURNING tenant, tenant_cursor),
+              marked AS (
+                  INSERT INTO tenant_event_horizons AS h (tenant, pruned_through)
+                  SELECT tenant, MAX(tenant_cursor) FROM gone GROUP BY tenant ORDER BY tenant
+                  ON CONFLICT (tenant) DO UPDATE
+                  SET pruned_through = GREATEST(h.pruned_through, EXCLUDED.pruned_through))
+         SELECT COUNT(*) FROM gone",
+    )
+    .bind(through)
+    .fetch_one(&mut *tx)
+    .await?;
     sqlx::query(
         "UPDATE event_retention SET pruned_through = GREATEST(pruned_through, $1) WHERE id = 1",
     )
@@ -208,5 +250,5 @@ async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(deleted)
+    Ok(deleted as u64)
 }

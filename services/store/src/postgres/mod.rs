@@ -297,8 +297,8 @@ impl Store for PostgresStore {
         events::after(&self.pool, after, tenant, limit).await
     }
 
-    async fn event_horizon(&self) -> Result<EventHorizon> {
-        events::horizon(&self.pool).await
+    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
+        events::horizon(&self.pool, tenant).await
     }
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {

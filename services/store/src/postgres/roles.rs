@@ -61,6 +61,7 @@ const TENANT_TABLES: &[&str] = &[
     "events",
     "discarded_results",
     "event_retention",
+    "tenant_event_horizons",
     "breaker_resets",
     "audit_log",
     "audit_checkpoints",

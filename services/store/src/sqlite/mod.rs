@@ -353,8 +353,8 @@ impl Store for SqliteStore {
         events::after(&self.reader, after, tenant, limit).await
     }
 
-    async fn event_horizon(&self) -> Result<EventHorizon> {
-        events::horizon(&self.reader).await
+    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
+        events::horizon(&self.reader, tenant).await
     }
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {

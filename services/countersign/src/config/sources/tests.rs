@@ -155,6 +155,26 @@ fn a_malformed_number_or_address_is_named_with_its_key() {
 }
 
 #[test]
+fn the_watch_stream_limits_come_from_the_environment_and_flags_and_refuse_zero() {
+    let vars = env(&[("COUNTERSIGN_WATCH_MAX_STREAMS_PER_KEY", "3")]);
+    let flags = vec![flag(
+        "--watch-max-streams-per-tenant",
+        "watch.max_streams_per_tenant",
+        "9",
+    )];
+    let config = load_from(None, vars, flags).unwrap();
+    assert_eq!(config.watch.max_streams_per_key.get(), 3);
+    assert_eq!(config.watch.max_streams_per_tenant.get(), 9);
+    let vars = env(&[("COUNTERSIGN_WATCH_MAX_STREAMS_PER_TENANT", "0")]);
+    let error = error_of(load_from(None, vars, Vec::new()));
+    assert!(
+        error.contains("watch.max_streams_per_tenant")
+            && error.contains("COUNTERSIGN_WATCH_MAX_STREAMS_PER_TENANT"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_missing_file_is_refused_naming_it() {
     let error = error_of(load_from(
         Some(Path::new("/nonexistent/countersign.toml")),

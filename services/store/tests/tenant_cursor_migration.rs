@@ -1,0 +1,260 @@
+//! Migration 0012 gives the events already logged their tenant's cursor, on
+//! both backends: each keeps its log-wide cursor, so a cursor a watcher holds
+//! still resumes where it left off (and one older than retention is still
+//! refused), and each tenant's numbering continues after the log's newest
+//! cursor, one by one.
+
+#[path = "support/postgres.rs"]
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
+use countersign_store::{DynStore, NewProposal, PostgresStore, SqliteStore, Store};
+use sqlx::migrate::Migrator;
+use sqlx::{Connection, PgConnection, SqliteConnection};
+use support::TestDatabase;
+
+/// The tenant of each event logged before the migration, in cursor order:
+/// cursors 1 to 5. The first two are pruned before it.
+const LOGGED: [&str; 5] = ["a", "b", "a", "b", "a"];
+const PRUNED_THROUGH: i64 = 2;
+
+fn migrations(backend: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
+}
+
+/// The backend's migrations before 0012, in a directory of their own.
+fn before_tenant_cursors(backend: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(migrations(backend)).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < "0012" {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    dir
+}
+
+fn spec() -> ProposalSpec {
+    ProposalSpec {
+        action: "host_restart_service".into(),
+        class: OperationClass::Write,
+        target: "node-01".into(),
+        parameters: Default::default(),
+        reason: "r".into(),
+        blast_radius: BlastRadius::SingleDevice,
+        operator: "o".into(),
+        context_summary: String::new(),
+        incident_id: String::new(),
+        labels: Default::default(),
+        rollback_plan: String::new(),
+        force_approve_no_sop: false,
+        idempotency_key: String::new(),
+    }
+}
+
+/// A proposal as the schema before 0012 stored it; its trigger logs SUBMITTED.
+const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,
+     blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at)
+     VALUES ($1, $2, 'host_restart_service', 'write', 'node-01', 'single_device', 'o', $3,
+             $1, 'pending', 'tester', 1, 1)";
+
+/// What the store shows after the migration, the same on both backends.
+async fn assert_numbered_on(store: DynStore) {
+    let a = store.event_horizon(Some("a")).await.unwrap();
+    assert_eq!(
+        (a.pruned_through, a.latest),
+        (PRUNED_THROUGH as u64, 5),
+        "a's old events keep their cursors; the pruned ones stay refused"
+    );
+    assert!(a.is_pruned(1));
+    let b = store.event_horizon(Some("b")).await.unwrap();
+    assert_eq!((b.pruned_through, b.latest), (PRUNED_THROUGH as u64, 5));
+    let c = store.event_horizon(Some("c")).await.unwrap();
+    assert_eq!(
+        (c.pruned_through, c.latest),
+        (PRUNED_THROUGH as u64, 5),
+        "a tenant without events: its heartbeats named 5"
+    );
+    for tenant in ["a", "a", "b", "c"] {
+        store
+            .insert_proposal(NewProposal {
+                tenant: tenant.into(),
+                spec: spec(),
+                submitted_by: "tester".into(),
+                trace_parent: None,
+            })
+            .await
+            .unwrap();
+    }
+    let cursors = |events: Vec<countersign_domain::Event>| -> Vec<u64> {
+        events.iter().map(|e| e.cursor).collect()
+    };
+    // A watcher of a that had seen cursor 3 gets 5, then the new ones.
+    let resumed = store.events_after(3, Some("a"), 100).await.unwrap();
+    assert_eq!(cursors(resumed), [5, 6, 7]);
+    let resumed = store.events_after(4, Some("b"), 100).await.unwrap();
+    assert_eq!(cursors(resumed), [6], "after b's old 4: its new event");
+    let c = store.events_after(0, Some("c"), 100).await.unwrap();
+    assert_eq!(cursors(c), [6]);
+    let new_tenant = store.create_tenant("d").await.unwrap();
+    store
+        .insert_proposal(NewProposal {
+            tenant: new_tenant.name.clone(),
+            spec: spec(),
+            submitted_by: "tester".into(),
+            trace_parent: None,
+        })
+        .await
+        .unwrap();
+    let d = store.events_after(0, Some("d"), 100).await.unwrap();
+    assert_eq!(cursors(d), [1], "a tenant made since counts from 1");
+}
+
+#[tokio::test]
+async fn events_logged_before_tenant_cursors_keep_their_cursor_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("db").display());
+    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let old = before_tenant_cursors("sqlite");
+    Migrator::new(old.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    for tenant in ["a", "b", "c"] {
+        sqlx::query("INSERT INTO tenants (name, created_at) VALUES ($1, 0)")
+            .bind(tenant)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let spec = serde_json::to_string(&spec()).unwrap();
+    for (i, tenant) in LOGGED.iter().enumerate() {
+        sqlx::query(INSERT_PROPOSAL)
+            .bind(format!("p{i}"))
+            .bind(tenant)
+            .bind(&spec)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query("DELETE FROM events WHERE cursor <= $1")
+        .bind(PRUNED_THROUGH)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE event_retention SET pruned_through = $1")
+        .bind(PRUNED_THROUGH)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    Migrator::new(migrations("sqlite"))
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    let kept: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT cursor, tenant_cursor FROM events ORDER BY cursor")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(kept, [(3, 3), (4, 4), (5, 5)]);
+    conn.close().await.unwrap();
+
+    let store = SqliteStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    assert_numbered_on(Arc::new(store)).await;
+}
+
+#[tokio::test]
+async fn events_logged_before_tenant_cursors_keep_their_cursor_on_postgres() {
+    let db = TestDatabase::create().await;
+    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
+    let old = before_tenant_cursors("postgres");
+    Migrator::new(old.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    // The owner writes like the service does: in each tenant's scope, and
+    // prunes in the system scope.
+    let spec = serde_json::to_string(&spec()).unwrap();
+    let scoped =
+        "SELECT set_config('app.tenant_id', $1, false), set_config('app.scope', '', false)";
+    for tenant in ["a", "b", "c"] {
+        sqlx::query(scoped)
+            .bind(tenant)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO tenants (name, created_at) VALUES ($1, 0)")
+            .bind(tenant)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    for (i, tenant) in LOGGED.iter().enumerate() {
+        sqlx::query(scoped)
+            .bind(tenant)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(INSERT_PROPOSAL)
+            .bind(format!("p{i}"))
+            .bind(tenant)
+            .bind(&spec)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "SELECT set_config('app.scope', 'system', false), set_config('app.tenant_id', '', false)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM events WHERE cursor <= $1")
+        .bind(PRUNED_THROUGH)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE event_retention SET pruned_through = $1")
+        .bind(PRUNED_THROUGH)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // Nothing in scope for the migration itself.
+    sqlx::query("SELECT set_config('app.scope', '', false)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    PostgresStore::migrate_as_owner(&db.owner_url, &db.service_role())
+        .await
+        .unwrap();
+    let mut conn = db.app_connection().await;
+    sqlx::query("SELECT set_config('app.scope', 'system', false)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let kept: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT cursor, tenant_cursor FROM events ORDER BY cursor")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(kept, [(3, 3), (4, 4), (5, 5)]);
+    conn.close().await.unwrap();
+
+    assert_numbered_on(db.store().await).await;
+}
