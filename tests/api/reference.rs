@@ -217,6 +217,27 @@ async fn bad_sops_and_targets_name_the_field() {
                 ..sop("x")
             },
         ),
+        (
+            "sop.id",
+            v1::Sop {
+                id: "SOP-7\nINFO forged".into(),
+                ..sop("x")
+            },
+        ),
+        (
+            "sop.selector[env]",
+            v1::Sop {
+                selector: [("env".to_owned(), "\u{1b}[31mproduction".to_owned())].into(),
+                ..sop("x")
+            },
+        ),
+        (
+            "sop.selector",
+            v1::Sop {
+                selector: [("env\r\n".to_owned(), "production".to_owned())].into(),
+                ..sop("x")
+            },
+        ),
     ];
     for (field, bad) in cases {
         let status = assert_code(

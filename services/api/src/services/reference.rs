@@ -60,7 +60,7 @@ impl SopService for SopApi {
             .await
             .map_err(|e| to_status(&e))?;
         self.changed(&caller.tenant.name, &sop.action);
-        tracing::info!(sop = %sop.id, version = sop.version, "SOP put");
+        tracing::info!(sop = ?sop.id, version = sop.version, "SOP put");
         Ok(Response::new(sop_to_proto(&sop)))
     }
 
@@ -113,7 +113,7 @@ impl SopService for SopApi {
                 other => to_status(&other),
             })?;
         self.changed(&caller.tenant.name, &sop.action);
-        tracing::info!(sop = %sop.id, version = sop.version, "SOP retired");
+        tracing::info!(sop = ?sop.id, version = sop.version, "SOP retired");
         Ok(Response::new(sop_to_proto(&sop)))
     }
 }
@@ -154,7 +154,7 @@ impl TargetService for TargetApi {
             Scope::Target(target.id.clone()),
             now_ms(),
         );
-        tracing::info!(target_id = %target.id, status = %target.status, "target put");
+        tracing::info!(target_id = ?target.id, status = %target.status, "target put");
         Ok(Response::new(target_to_proto(&target)))
     }
 
