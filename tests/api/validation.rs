@@ -219,3 +219,50 @@ async fn an_empty_id_is_an_invalid_argument() {
     let status = assert_code(app.get(&key, "").await, Code::InvalidArgument);
     assert!(status.message().starts_with("id:"), "{status:?}");
 }
+
+#[tokio::test]
+async fn timestamps_out_of_range_in_a_filter_name_their_field() {
+    use countersign_proto::v1::{ListDecisionsRequest, audit_service_client::AuditServiceClient};
+    use prost_types::Timestamp;
+
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", Role::Auditor).await;
+    let mut audit = AuditServiceClient::with_interceptor(
+        app.channel().await,
+        countersign::client::BearerAuth::new(&key).unwrap(),
+    );
+    let at = |seconds, nanos| Some(Timestamp { seconds, nanos });
+    let cases = [
+        ("decided_from", at(1 << 62, 0), None),
+        ("decided_from", at(i64::MIN, 0), None),
+        ("decided_from", at(0, -1), None),
+        ("decided_until", None, at(253_402_300_800, 0)),
+        ("decided_until", None, at(1_764_000_000, 1_000_000_000)),
+        ("decided_until", at(0, 0), at(-(1 << 62), 0)),
+    ];
+    for (field, decided_from, decided_until) in cases {
+        let status = assert_code(
+            audit
+                .list_decisions(ListDecisionsRequest {
+                    decided_from,
+                    decided_until,
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+        );
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{field}: {status:?}"
+        );
+    }
+    // The whole range of the type is accepted.
+    audit
+        .list_decisions(ListDecisionsRequest {
+            decided_from: at(-62_135_596_800, 0),
+            decided_until: at(253_402_300_799, 999_999_999),
+            ..Default::default()
+        })
+        .await
+        .expect("the extremes of google.protobuf.Timestamp are valid");
+}
