@@ -159,7 +159,10 @@ async fn refused_credentials_past_the_limit_are_resource_exhausted_and_valid_key
         }
     }
     let status = exhausted.expect("refusals past the limit are RESOURCE_EXHAUSTED");
-    assert!(status.message().contains("refused credentials"), "{status:?}");
+    assert!(
+        status.message().contains("refused credentials"),
+        "{status:?}"
+    );
     // A valid key from the same address is served all along.
     app.submit(&valid, valid_spec())
         .await

@@ -296,8 +296,10 @@ async fn refused_credentials_and_undecodable_requests_are_counted_by_their_codes
     let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
     let channel = channel(&served.grpc).await;
     let unknown = format!("cs_{}_{}", "0".repeat(16), "a".repeat(64));
-    let mut stranger =
-        ProposalServiceClient::with_interceptor(channel.clone(), BearerAuth::new(&unknown).unwrap());
+    let mut stranger = ProposalServiceClient::with_interceptor(
+        channel.clone(),
+        BearerAuth::new(&unknown).unwrap(),
+    );
     for _ in 0..3 {
         let status = stranger
             .submit(SubmitRequest {

@@ -430,7 +430,9 @@ async fn sops_are_listed_in_pages_with_or_without_the_retired() {
             .unwrap();
     }
     client
-        .retire_sop(RetireSopRequest { id: "SOP-03".into() })
+        .retire_sop(RetireSopRequest {
+            id: "SOP-03".into(),
+        })
         .await
         .unwrap();
     for include_retired in [true, false] {

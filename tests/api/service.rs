@@ -111,7 +111,10 @@ async fn reflection_v1alpha_lists_the_services_too() {
         "grpc.reflection.v1alpha.ServerReflection",
         "grpc.reflection.v1.ServerReflection",
     ] {
-        assert!(services.iter().any(|s| s == service), "{service}: {services:?}");
+        assert!(
+            services.iter().any(|s| s == service),
+            "{service}: {services:?}"
+        );
     }
     let services = tonic_reflection_client::list_services(app.channel().await).await;
     assert!(

@@ -367,7 +367,10 @@ mod tests {
         }
         assert_eq!(page_after(List::Sops, ""), Ok(None));
         let other = page_token(List::Targets, "n1");
-        assert_eq!(page_after(List::Sops, &other).unwrap_err().field, "page_token");
+        assert_eq!(
+            page_after(List::Sops, &other).unwrap_err().field,
+            "page_token"
+        );
         for bad in ["zz", "00", &hex::encode("s1:"), &hex::encode([0xff, 0xfe])] {
             assert_eq!(
                 page_after(List::Sops, bad).unwrap_err().field,

@@ -1114,8 +1114,20 @@ pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore)
         store.list_sops("a", true, None, 10).await.unwrap(),
         [retired]
     );
-    assert!(store.list_sops("a", false, None, 10).await.unwrap().is_empty());
-    assert!(store.list_sops("b", true, None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_sops("a", false, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_sops("b", true, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     put_online(&store, "a", "n1", "c1").await;
     store
@@ -1161,10 +1173,7 @@ pub async fn sops_and_targets_are_listed_in_pages_by_id(store: DynStore) {
     let mut targets = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let page = store
-            .list_targets("a", after.as_deref(), 3)
-            .await
-            .unwrap();
+        let page = store.list_targets("a", after.as_deref(), 3).await.unwrap();
         assert!(page.len() <= 3);
         let Some(last) = page.last() else { break };
         after = Some(last.id.clone());
@@ -1192,13 +1201,23 @@ pub async fn sops_and_targets_are_listed_in_pages_by_id(store: DynStore) {
     };
     assert_eq!(listed(true).await, sorted);
     let active: Vec<&str> = sorted.iter().copied().filter(|id| *id != "a-10").collect();
-    assert_eq!(listed(false).await, active, "a retired SOP only when asked for");
+    assert_eq!(
+        listed(false).await,
+        active,
+        "a retired SOP only when asked for"
+    );
 
     // A page after an id that no longer exists goes on from where it was.
     let page = store.list_targets("a", Some("a-15"), 10).await.unwrap();
     let ids: Vec<&str> = page.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["a-2", "b", "n-1"]);
-    assert!(store.list_targets("a", Some("n-1"), 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .list_targets("a", Some("n-1"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Another tenant's rows are never on a page.
     let b = store.list_targets("b", None, 10).await.unwrap();
     assert_eq!(b.len(), 1);

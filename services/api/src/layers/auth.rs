@@ -56,7 +56,9 @@ impl Refusals {
 
     fn new(limit: RateLimit) -> Self {
         Refusals {
-            limiter: RateLimiter::keyed(Quota::per_second(limit.per_second).allow_burst(limit.burst)),
+            limiter: RateLimiter::keyed(
+                Quota::per_second(limit.per_second).allow_burst(limit.burst),
+            ),
             counted: AtomicU64::new(0),
         }
     }
@@ -114,10 +116,7 @@ enum Refusal {
     StoreDown(String),
 }
 
-async fn authenticate(
-    store: &Directory,
-    headers: &http::HeaderMap,
-) -> Result<Principal, Refusal> {
+async fn authenticate(store: &Directory, headers: &http::HeaderMap) -> Result<Principal, Refusal> {
     let mut all = headers.get_all(http::header::AUTHORIZATION).iter();
     let header = all
         .next()
@@ -125,7 +124,9 @@ async fn authenticate(
     // Two credentials are no credential: which one a proxy or a server would
     // pick is not something to rely on.
     if all.next().is_some() {
-        return Err(Refusal::Unauthenticated("more than one authorization header"));
+        return Err(Refusal::Unauthenticated(
+            "more than one authorization header",
+        ));
     }
     let text = header
         .to_str()
@@ -141,7 +142,10 @@ async fn authenticate(
         .map_err(|e| Refusal::StoreDown(e.to_string()))?;
     // Verify before looking at existence or revocation, so timing says
     // nothing about either.
-    let matches = api_key::verify(key, record.as_ref().map_or(&NO_KEY_HASH[..], |r| &r.key_hash));
+    let matches = api_key::verify(
+        key,
+        record.as_ref().map_or(&NO_KEY_HASH[..], |r| &r.key_hash),
+    );
     let record = record.ok_or(Refusal::Unauthenticated("unknown key"))?;
     if !matches {
         return Err(Refusal::Unauthenticated("wrong secret"));
@@ -238,7 +242,10 @@ mod tests {
 
     #[test]
     fn refusals_are_counted_per_address_and_per_ipv6_prefix() {
-        assert_eq!(peer_ip(&from("10.1.2.3:4000")), "10.1.2.3".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            peer_ip(&from("10.1.2.3:4000")),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
         assert_eq!(
             peer_ip(&from("[2001:db8:1:2:aaaa::1]:4000")),
             peer_ip(&from("[2001:db8:1:2:bbbb::9]:5000")),
@@ -266,6 +273,9 @@ mod tests {
         let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         assert!((0..3).all(|_| refusals.allow(a)));
         assert!(!refusals.allow(a), "over the burst");
-        assert!(refusals.allow(b), "another address is not held to a's count");
+        assert!(
+            refusals.allow(b),
+            "another address is not held to a's count"
+        );
     }
 }

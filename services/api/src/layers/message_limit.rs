@@ -106,7 +106,8 @@ impl Frames {
             data.advance(take);
             if self.header_read == HEADER {
                 self.header_read = 0;
-                let len = u32::from_be_bytes(self.header[1..].try_into().expect("4 bytes")) as usize;
+                let len =
+                    u32::from_be_bytes(self.header[1..].try_into().expect("4 bytes")) as usize;
                 if len > self.max {
                     return Err(len);
                 }
@@ -197,6 +198,9 @@ mod tests {
             assert_eq!(refused, Some(Err(11)), "chunks of {chunk}");
         }
         // A length that no message could have (4 GiB - 1) too.
-        assert_eq!(Frames::new(10).scan(&[0, 255, 255, 255, 255]), Err(u32::MAX as usize));
+        assert_eq!(
+            Frames::new(10).scan(&[0, 255, 255, 255, 255]),
+            Err(u32::MAX as usize)
+        );
     }
 }

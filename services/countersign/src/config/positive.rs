@@ -23,7 +23,9 @@ pub(super) const KEYS: &[(&str, fn(&Config) -> bool)] = &[
     ("watch.retention", |c| c.watch.retention.is_zero()),
     ("outbox.poll", |c| c.outbox.poll.is_zero()),
     ("outbox.sweep", |c| c.outbox.sweep.is_zero()),
-    ("audit.checkpoint_every", |c| c.audit.checkpoint_every.is_zero()),
+    ("audit.checkpoint_every", |c| {
+        c.audit.checkpoint_every.is_zero()
+    }),
 ];
 
 /// The first key that `config` sets to 0 where 0 makes no sense.

@@ -56,7 +56,9 @@ pub fn list_request_from_proto(
         value => Some(blast_radius_from_proto("blast_radius", value)?),
     };
     let instant = |field, ts: &Option<prost_types::Timestamp>| {
-        ts.as_ref().map(|ts| millis_from_proto(field, ts)).transpose()
+        ts.as_ref()
+            .map(|ts| millis_from_proto(field, ts))
+            .transpose()
     };
     let filter = AuditFilter {
         decided_from: instant("decided_from", &request.decided_from)?,

@@ -104,10 +104,10 @@ pub async fn list_sops(
     .bind(after.unwrap_or(""))
     .bind(i64::from(limit))
     .fetch_all(pool)
-        .await?
-        .iter()
-        .map(sop_from_row)
-        .collect()
+    .await?
+    .iter()
+    .map(sop_from_row)
+    .collect()
 }
 
 #[tracing::instrument(name = "store.sqlite.put_target", skip(pool, labels))]

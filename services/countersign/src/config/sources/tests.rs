@@ -290,7 +290,10 @@ fn zero_where_zero_makes_no_sense_is_refused_naming_the_key_and_source() {
         };
         let toml = file(&format!("[{section}]\n{name} = {zero}\n"));
         let error = error_of(load_from(Some(toml.path()), Vec::new(), Vec::new()));
-        assert!(error.contains(&format!("{key}: must be more than 0")), "{error}");
+        assert!(
+            error.contains(&format!("{key}: must be more than 0")),
+            "{error}"
+        );
         assert!(
             error.contains(&toml.path().display().to_string()),
             "{key}: {error}"
