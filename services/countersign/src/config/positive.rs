@@ -11,8 +11,11 @@
 
 use super::Config;
 
+/// Whether a configuration sets one key to 0.
+type IsZero = fn(&Config) -> bool;
+
 /// Every such key, and whether a configuration sets it to 0.
-pub(super) const KEYS: &[(&str, fn(&Config) -> bool)] = &[
+pub(super) const KEYS: &[(&str, IsZero)] = &[
     ("database.pool", |c| c.database.pool == 0),
     ("review.deadline", |c| c.review.deadline.is_zero()),
     ("review.attempts", |c| c.review.attempts == 0),
