@@ -1,5 +1,9 @@
 //! Compiles `proto/countersign/v1` with protox (no `protoc` needed) and generates
 //! the tonic services, plus the encoded descriptor set that reflection serves.
+//! Two passes: the messages and clients with prost's codec, then the servers
+//! alone (over the same messages) with `codec::RequestCodec`, which answers a
+//! request that does not decode INVALID_ARGUMENT where prost's codec says
+//! INTERNAL; a client that cannot decode an answer keeps prost's INTERNAL.
 
 use std::{env, error::Error, fs, path::PathBuf};
 
@@ -25,6 +29,16 @@ fn main() -> Result<(), Box<dyn Error>> {
         out.join("countersign_descriptor.bin"),
         descriptors.encode_to_vec(),
     )?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_fds(descriptors.clone())?;
+    let servers = out.join("servers");
+    fs::create_dir_all(&servers)?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .extern_path(".countersign.v1", "crate::v1")
+        .codec_path("crate::codec::RequestCodec")
+        .out_dir(servers)
+        .compile_fds(descriptors)?;
     Ok(())
 }

@@ -81,3 +81,92 @@ async fn the_submitter_is_the_credential_not_a_request_field() {
     assert_eq!(proposal.tenant, "acme");
     assert_eq!(proposal.spec.unwrap().operator, "someone-else");
 }
+
+#[tokio::test]
+async fn two_authorization_headers_are_refused_like_a_malformed_key() {
+    let app = TestApp::spawn().await;
+    let real = app.key("acme", Role::Coordinator).await;
+    let other = app.key("acme", Role::Admin).await;
+    let unknown = format!("cs_{}_{}", "0".repeat(16), "a".repeat(64));
+    for (first, second) in [
+        (real.clone(), real.clone()),
+        (real.clone(), other.clone()),
+        (real.clone(), unknown.clone()),
+        (unknown, real.clone()),
+    ] {
+        let twice = move |mut request: tonic::Request<()>| {
+            for key in [&first, &second] {
+                request
+                    .metadata_mut()
+                    .append("authorization", format!("Bearer {key}").parse().unwrap());
+            }
+            Ok(request)
+        };
+        let mut client =
+            countersign_proto::v1::proposal_service_client::ProposalServiceClient::with_interceptor(
+                app.channel().await,
+                twice,
+            );
+        let status = assert_code(
+            client
+                .get_proposal(countersign_proto::v1::GetProposalRequest { id: "x".into() })
+                .await,
+            Code::Unauthenticated,
+        );
+        assert_eq!(status.message(), ONE_ANSWER);
+    }
+    // One header of the same key is served.
+    let status = assert_code(app.get(&real, "x").await, Code::NotFound);
+    assert!(status.message().contains('x'), "{status:?}");
+}
+
+#[tokio::test]
+async fn refused_credentials_past_the_limit_are_resource_exhausted_and_valid_keys_still_work() {
+    use std::num::NonZeroU32;
+    let app = TestApp::spawn_with(|c| {
+        c.refused_credentials = countersign_api::RateLimit {
+            per_second: NonZeroU32::new(1).unwrap(),
+            burst: NonZeroU32::new(3).unwrap(),
+        }
+    })
+    .await;
+    let valid = app.key("acme", Role::Coordinator).await;
+    let unknown = format!("Bearer cs_{}_{}", "0".repeat(16), "a".repeat(64));
+    let client = app.raw_client(Some(&unknown)).await;
+    let call = || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_proposal(countersign_proto::v1::GetProposalRequest { id: "x".into() })
+                .await
+        }
+    };
+    // The burst is answered as any refusal is.
+    for _ in 0..3 {
+        let status = assert_code(call().await, Code::Unauthenticated);
+        assert_eq!(status.message(), ONE_ANSWER);
+    }
+    // Past it (one more a second), refusals are told to slow down.
+    let mut exhausted = None;
+    for _ in 0..100 {
+        match call().await {
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                exhausted = Some(status);
+                break;
+            }
+            Err(status) => assert_eq!(status.code(), Code::Unauthenticated, "{status:?}"),
+            Ok(answer) => panic!("an unknown key was served: {answer:?}"),
+        }
+    }
+    let status = exhausted.expect("refusals past the limit are RESOURCE_EXHAUSTED");
+    assert!(
+        status.message().contains("refused credentials"),
+        "{status:?}"
+    );
+    // A valid key from the same address is served all along.
+    app.submit(&valid, valid_spec())
+        .await
+        .expect("a valid key is not held to the refusals");
+    let status = assert_code(app.get(&valid, "x").await, Code::NotFound);
+    assert!(status.message().contains('x'), "{status:?}");
+}

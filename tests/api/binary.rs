@@ -892,3 +892,43 @@ fn key_files_live_beside_the_database_and_serve_keeps_the_key_that_signed_its_ch
 fn hex_seed(byte: u8) -> String {
     format!("{byte:02x}").repeat(32)
 }
+
+#[test]
+fn logs_written_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("serve.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .env_remove("COUNTERSIGN_DATA_DIR")
+        .env_remove("NO_COLOR")
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .expect("start countersign serve");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("countersign listening on "), "{line:?}");
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let logs = std::fs::read(&log_path).unwrap();
+    let text = String::from_utf8_lossy(&logs);
+    assert!(text.contains("INFO"), "{text}");
+    assert!(text.contains("countersign API serving"), "{text}");
+    assert!(
+        !logs.contains(&0x1b),
+        "ESC in a log written to a file: {text:?}"
+    );
+}

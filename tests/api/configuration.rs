@@ -208,3 +208,59 @@ fn the_readmes_flat_variable_names_still_configure_the_server() {
         );
     }
 }
+
+#[test]
+fn a_zero_checkpoint_interval_stops_the_start_naming_the_key_and_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, env, named) in [
+        (
+            &["--checkpoint-every", "0s"][..],
+            None,
+            ["audit.checkpoint_every", "--checkpoint-every"],
+        ),
+        (
+            &[][..],
+            Some(("COUNTERSIGN_WATCH_HEARTBEAT", "0s")),
+            ["watch.heartbeat", "COUNTERSIGN_WATCH_HEARTBEAT"],
+        ),
+    ] {
+        let mut command = Command::new(BIN);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .current_dir(dir.path())
+            .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, _) in std::env::vars() {
+            if name.starts_with("COUNTERSIGN_") && name != "COUNTERSIGN_METRICS_LISTEN" {
+                command.env_remove(name);
+            }
+        }
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start countersign serve");
+        // A server that started would announce its address; a refused start
+        // ends with nothing on stdout.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        if !first.is_empty() {
+            let _ = child.kill();
+        }
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(first, "", "the server started");
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        for name in named {
+            assert!(stderr.contains(name), "{name}: {stderr}");
+        }
+        assert!(stderr.contains("must be more than 0"), "{stderr}");
+        assert!(
+            !dir.path().join("countersign-data").exists(),
+            "refused before anything is created"
+        );
+    }
+}

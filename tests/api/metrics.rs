@@ -288,3 +288,57 @@ fn the_metrics_endpoint_answers_not_found_beside_metrics() {
     let (status, _) = get(&served.metrics, "/");
     assert!(status.contains("404"), "{status}");
 }
+
+#[tokio::test]
+async fn refused_credentials_and_undecodable_requests_are_counted_by_their_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "api");
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let channel = channel(&served.grpc).await;
+    let unknown = format!("cs_{}_{}", "0".repeat(16), "a".repeat(64));
+    let mut stranger = ProposalServiceClient::with_interceptor(
+        channel.clone(),
+        BearerAuth::new(&unknown).unwrap(),
+    );
+    for _ in 0..3 {
+        let status = stranger
+            .submit(SubmitRequest {
+                spec: Some(crate::helpers::valid_spec()),
+            })
+            .await
+            .expect_err("an unknown key is refused");
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    }
+    for (_, message) in crate::service::undecodable() {
+        let status = crate::service::raw_call(
+            channel.clone(),
+            key.trim(),
+            "/countersign.v1.ProposalService/Submit",
+            message,
+        )
+        .await;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+    let status = crate::service::raw_call(
+        channel,
+        key.trim(),
+        "/countersign.v1.ProposalService/Submit",
+        vec![0; 1024 * 1024 + 1],
+    )
+    .await;
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    let samples = scrape(&served.metrics);
+    let submit = "rpc=\"/countersign.v1.ProposalService/Submit\"";
+    let count = |code: &str| {
+        sum(
+            &samples,
+            "countersign_grpc_requests_total",
+            &[submit, &format!("code=\"{code}\"")],
+        )
+    };
+    assert_eq!(count("Unauthenticated"), 3.0, "{samples:?}");
+    assert_eq!(count("InvalidArgument"), 3.0, "{samples:?}");
+    assert_eq!(count("ResourceExhausted"), 1.0, "{samples:?}");
+    assert_eq!(count("Internal"), 0.0, "{samples:?}");
+}

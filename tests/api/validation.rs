@@ -96,6 +96,40 @@ fn cases() -> Vec<(&'static str, &'static str, ProposalSpec)> {
             }),
         ),
         (
+            "target with a newline",
+            "spec.target",
+            with(|s| s.target = "node-01\nINFO forged".into()),
+        ),
+        (
+            "operator with an ANSI escape",
+            "spec.operator",
+            with(|s| s.operator = "\u{1b}[31muser_42".into()),
+        ),
+        (
+            "incident id with a carriage return",
+            "spec.incident_id",
+            with(|s| s.incident_id = "INC-7\r".into()),
+        ),
+        (
+            "idempotency key with a NUL",
+            "spec.idempotency_key",
+            with(|s| s.idempotency_key = "k\u{0}1".into()),
+        ),
+        (
+            "label key with a newline",
+            "spec.labels",
+            with(|s| {
+                s.labels.insert("env\nx".into(), "production".into());
+            }),
+        ),
+        (
+            "label value with an ANSI escape",
+            "spec.labels[env]",
+            with(|s| {
+                s.labels.insert("env".into(), "\u{1b}[2Jproduction".into());
+            }),
+        ),
+        (
             "65 labels",
             "spec.labels",
             with(|s| s.labels = (0..65).map(|i| (format!("k{i}"), "v".into())).collect()),
@@ -108,7 +142,9 @@ async fn every_rule_names_its_field_and_stores_nothing() {
     let app = TestApp::spawn().await;
     let key = app.key("acme", Role::Coordinator).await;
     for (case, field, mut spec) in cases() {
-        spec.idempotency_key = format!("case-{case}");
+        if field != "spec.idempotency_key" {
+            spec.idempotency_key = format!("case-{case}");
+        }
         let status = assert_code(app.submit(&key, spec).await, Code::InvalidArgument);
         assert!(
             status.message().starts_with(&format!("{field}:")),
@@ -182,4 +218,51 @@ async fn an_empty_id_is_an_invalid_argument() {
     let key = app.key("acme", Role::Coordinator).await;
     let status = assert_code(app.get(&key, "").await, Code::InvalidArgument);
     assert!(status.message().starts_with("id:"), "{status:?}");
+}
+
+#[tokio::test]
+async fn timestamps_out_of_range_in_a_filter_name_their_field() {
+    use countersign_proto::v1::{ListDecisionsRequest, audit_service_client::AuditServiceClient};
+    use prost_types::Timestamp;
+
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", Role::Auditor).await;
+    let mut audit = AuditServiceClient::with_interceptor(
+        app.channel().await,
+        countersign::client::BearerAuth::new(&key).unwrap(),
+    );
+    let at = |seconds, nanos| Some(Timestamp { seconds, nanos });
+    let cases = [
+        ("decided_from", at(1 << 62, 0), None),
+        ("decided_from", at(i64::MIN, 0), None),
+        ("decided_from", at(0, -1), None),
+        ("decided_until", None, at(253_402_300_800, 0)),
+        ("decided_until", None, at(1_764_000_000, 1_000_000_000)),
+        ("decided_until", at(0, 0), at(-(1 << 62), 0)),
+    ];
+    for (field, decided_from, decided_until) in cases {
+        let status = assert_code(
+            audit
+                .list_decisions(ListDecisionsRequest {
+                    decided_from,
+                    decided_until,
+                    ..Default::default()
+                })
+                .await,
+            Code::InvalidArgument,
+        );
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{field}: {status:?}"
+        );
+    }
+    // The whole range of the type is accepted.
+    audit
+        .list_decisions(ListDecisionsRequest {
+            decided_from: at(-62_135_596_800, 0),
+            decided_until: at(253_402_300_799, 999_999_999),
+            ..Default::default()
+        })
+        .await
+        .expect("the extremes of google.protobuf.Timestamp are valid");
 }

@@ -24,7 +24,10 @@ use crate::{
     RateLimit, Timeouts,
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
-    layers::{AuthLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer, TraceLayer},
+    layers::{
+        AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer,
+        TraceLayer, auth::default_refusal_limit,
+    },
     probes::{probes, set_all},
     services::{
         AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
@@ -32,7 +35,8 @@ use crate::{
     suppression::{Suppression, SuppressionConfig, spawn_listener, spawn_maintenance},
 };
 
-/// The largest message the server decodes.
+/// The largest request message the server decodes (`message_limit` refuses
+/// larger ones RESOURCE_EXHAUSTED; tonic's own limit is the backstop).
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Clone)]
@@ -42,6 +46,9 @@ pub struct ApiConfig {
     pub timeouts: Timeouts,
     /// How long a looked-up credential or tenant is reused (0 = never).
     pub credential_cache_ttl: Duration,
+    /// Refused credentials one client address may present before further
+    /// ones are answered RESOURCE_EXHAUSTED.
+    pub refused_credentials: RateLimit,
     pub watch: WatchConfig,
     pub suppression: SuppressionConfig,
     /// Signs the decision log's checkpoints (none: `GetCheckpoint` and
@@ -58,6 +65,7 @@ impl Default for ApiConfig {
             rate_limit: RateLimit::default(),
             timeouts: Timeouts::default(),
             credential_cache_ttl: directory::DEFAULT_TTL,
+            refused_credentials: default_refusal_limit(),
             watch: WatchConfig::default(),
             suppression: SuppressionConfig::default(),
             signing_key: None,
@@ -134,11 +142,15 @@ impl Application {
         ));
         let layers = ServiceBuilder::new()
             .layer(TraceLayer)
-            .layer(AuthLayer::new(directory.clone()))
+            .layer(MetricsLayer)
+            .layer(AuthLayer::new(
+                directory.clone(),
+                self.config.refused_credentials,
+            ))
             .layer(TenantBindLayer::new(directory))
             .layer(RateLimitLayer::new(self.config.rate_limit))
             .layer(TimeoutLayer::new(self.config.timeouts))
-            .layer(MetricsLayer)
+            .layer(MessageLimitLayer::new(MAX_MESSAGE_BYTES))
             .into_inner();
 
         let mut suppression = Suppression::new(self.config.suppression);
@@ -206,7 +218,8 @@ impl Application {
         Server::builder()
             .layer(layers)
             .add_service(health_service)
-            .add_service(reflection)
+            .add_service(reflection.v1)
+            .add_service(reflection.v1alpha)
             .add_service(proposals)
             .add_service(notifications)
             .add_service(sops)

@@ -43,7 +43,8 @@ impl HealthOnly {
         };
         Server::builder()
             .add_service(health_service)
-            .add_service(reflection)
+            .add_service(reflection.v1)
+            .add_service(reflection.v1alpha)
             .serve_with_incoming_shutdown(TcpIncoming::from(self.listener), signal)
             .await
     }

@@ -1,33 +1,56 @@
 //! What every role serves for probes and tools on its gRPC port:
 //! `grpc.health.v1` with a status per service, and reflection over the
-//! given descriptor sets (health's own always included).
+//! given descriptor sets (health's own always included), as both
+//! `grpc.reflection.v1` and `grpc.reflection.v1alpha` (which Python's
+//! `grpcio-reflection`, older grpcurl, grpcui and Postman speak).
 
 use tonic_health::{
     ServingStatus,
     pb::health_server::{Health, HealthServer},
     server::HealthReporter,
 };
-use tonic_reflection::pb::v1::server_reflection_server::{
-    ServerReflection, ServerReflectionServer,
+use tonic_reflection::{
+    pb::{v1, v1alpha},
+    server::Builder,
 };
 
-/// The health reporter and service, and the reflection service.
+/// The reflection services, one per protocol version.
+pub(crate) struct Reflection<V1, V1Alpha> {
+    pub v1: v1::server_reflection_server::ServerReflectionServer<V1>,
+    pub v1alpha: v1alpha::server_reflection_server::ServerReflectionServer<V1Alpha>,
+}
+
+/// The health reporter and service, and the reflection services.
 pub(crate) fn probes(
     descriptor_sets: &[&[u8]],
 ) -> (
     HealthReporter,
     HealthServer<impl Health>,
-    ServerReflectionServer<impl ServerReflection>,
+    Reflection<
+        impl v1::server_reflection_server::ServerReflection,
+        impl v1alpha::server_reflection_server::ServerReflection,
+    >,
 ) {
     let (reporter, health) = tonic_health::server::health_reporter();
-    let mut reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
-    for set in descriptor_sets {
-        reflection = reflection.register_encoded_file_descriptor_set(set);
-    }
-    let reflection = reflection
-        .build_v1()
-        .expect("the embedded descriptor sets are valid");
+    // Each version lists both reflection services (its own is added by the
+    // builder) beside health and ours.
+    let builder = |other_reflection: &'static [u8]| {
+        let mut builder = Builder::configure()
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(other_reflection);
+        for set in descriptor_sets {
+            builder = builder.register_encoded_file_descriptor_set(set);
+        }
+        builder
+    };
+    let reflection = Reflection {
+        v1: builder(v1alpha::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .expect("the embedded descriptor sets are valid"),
+        v1alpha: builder(v1::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .expect("the embedded descriptor sets are valid"),
+    };
     (reporter, health, reflection)
 }
 

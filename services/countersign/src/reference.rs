@@ -4,10 +4,13 @@ use std::{collections::BTreeMap, path::PathBuf};
 
 use anyhow::Context;
 use clap::Subcommand;
-use countersign_proto::v1::{
-    self, GetSopRequest, GetTargetRequest, ListSopsRequest, ListTargetsRequest, PutSopRequest,
-    PutTargetRequest, RetireSopRequest, sop_service_client::SopServiceClient,
-    target_service_client::TargetServiceClient,
+use countersign_proto::{
+    convert::MAX_PAGE_SIZE,
+    v1::{
+        self, GetSopRequest, GetTargetRequest, ListSopsRequest, ListTargetsRequest, PutSopRequest,
+        PutTargetRequest, RetireSopRequest, sop_service_client::SopServiceClient,
+        target_service_client::TargetServiceClient,
+    },
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -165,13 +168,24 @@ pub async fn run_sop(conn: &ClientArgs, command: SopCommand) -> anyhow::Result<(
         }
         SopCommand::Get { id } => vec![client.get_sop(GetSopRequest { id }).await?.into_inner()],
         SopCommand::List { all } => {
-            client
-                .list_sops(ListSopsRequest {
-                    include_retired: all,
-                })
-                .await?
-                .into_inner()
-                .sops
+            // Every page, to the end.
+            let mut sops = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let page = client
+                    .list_sops(ListSopsRequest {
+                        include_retired: all,
+                        page_size: MAX_PAGE_SIZE,
+                        page_token,
+                    })
+                    .await?
+                    .into_inner();
+                sops.extend(page.sops);
+                if page.next_page_token.is_empty() {
+                    break sops;
+                }
+                page_token = page.next_page_token;
+            }
         }
         SopCommand::Retire { id } => {
             vec![
@@ -225,11 +239,23 @@ pub async fn run_target(conn: &ClientArgs, command: TargetCommand) -> anyhow::Re
             ]
         }
         TargetCommand::List => {
-            client
-                .list_targets(ListTargetsRequest {})
-                .await?
-                .into_inner()
-                .targets
+            // Every page, to the end.
+            let mut targets = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let page = client
+                    .list_targets(ListTargetsRequest {
+                        page_size: MAX_PAGE_SIZE,
+                        page_token,
+                    })
+                    .await?
+                    .into_inner();
+                targets.extend(page.targets);
+                if page.next_page_token.is_empty() {
+                    break targets;
+                }
+                page_token = page.next_page_token;
+            }
         }
     };
     print(conn, &targets, target_json, target_line);

@@ -46,6 +46,7 @@ fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
             ..Timeouts::default()
         },
         credential_cache_ttl: config.api.credential_cache_ttl,
+        refused_credentials: ApiConfig::default().refused_credentials,
         watch: WatchConfig {
             heartbeat: config.watch.heartbeat,
             buffer: config.watch.buffer,

@@ -1,8 +1,11 @@
 //! Logs and traces. Logs go to stderr as text or JSON lines (`RUST_LOG`
-//! overrides the level; `serve` takes the format from `log.format`). Spans of
+//! overrides the level; `serve` takes the format from `log.format`), in
+//! colour only when stderr is a terminal: a file or a pipe gets plain text. Spans of
 //! `serve` are exported over OTLP/gRPC only when the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set (service name from `OTEL_SERVICE_NAME`,
 //! default `countersign`), and flushed on shutdown.
+
+use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -52,6 +55,7 @@ pub fn init(server: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(default))
         .with_writer(std::io::stderr)
+        .with_ansi(colour())
         .try_init();
 }
 
@@ -60,11 +64,13 @@ pub fn init_server(format: LogFormat) -> anyhow::Result<Telemetry> {
     let logs = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(colour())
             .with_filter(filter("info"))
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
+            .with_ansi(false)
             .with_filter(filter("info"))
             .boxed(),
     };
@@ -85,6 +91,12 @@ pub fn init_server(format: LogFormat) -> anyhow::Result<Telemetry> {
         provider
     });
     Ok(Telemetry { provider })
+}
+
+/// Colour codes are for a person at a terminal; in a file or a pipe they are
+/// bytes that a log reader has to strip.
+fn colour() -> bool {
+    std::io::stderr().is_terminal()
 }
 
 fn filter(default: &str) -> EnvFilter {

@@ -42,6 +42,43 @@ impl ServiceError for FieldError {
     }
 }
 
+/// Characters an identifier or label may not hold: C0 and C1 controls (newlines,
+/// ESC), the line and paragraph separators, and the bidirectional overrides and
+/// isolates. Each of them can forge or hide a line in a log or a terminal.
+fn is_forbidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// An identifier or label: one printable line.
+fn printable(field: &str, value: &str) -> Result<(), FieldError> {
+    match value.char_indices().find(|(_, c)| is_forbidden(*c)) {
+        None => Ok(()),
+        Some((at, c)) => Err(FieldError::new(
+            field,
+            format!(
+                "must not contain control characters (U+{:04X} at byte {at})",
+                u32::from(c)
+            ),
+        )),
+    }
+}
+
+/// A required identifier: not empty, at most `max` bytes, printable.
+fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    required(field, value, max)?;
+    printable(field, value)
+}
+
+/// An optional identifier: at most `max` bytes, printable.
+fn optional_identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    at_most(field, value, max)?;
+    printable(field, value)
+}
+
 fn required(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     if value.trim().is_empty() {
         return Err(FieldError::new(field, "must not be empty"));
@@ -77,17 +114,17 @@ pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
             "read operations are not reviewed",
         ));
     }
-    required("spec.target", &spec.target, MAX_TARGET)?;
+    identifier("spec.target", &spec.target, MAX_TARGET)?;
     required("spec.reason", &spec.reason, MAX_REASON)?;
     at_most(
         "spec.context_summary",
         &spec.context_summary,
         MAX_CONTEXT_SUMMARY,
     )?;
-    at_most("spec.operator", &spec.operator, MAX_SHORT_TEXT)?;
-    at_most("spec.incident_id", &spec.incident_id, MAX_SHORT_TEXT)?;
+    optional_identifier("spec.operator", &spec.operator, MAX_SHORT_TEXT)?;
+    optional_identifier("spec.incident_id", &spec.incident_id, MAX_SHORT_TEXT)?;
     at_most("spec.rollback_plan", &spec.rollback_plan, MAX_ROLLBACK_PLAN)?;
-    at_most(
+    optional_identifier(
         "spec.idempotency_key",
         &spec.idempotency_key,
         MAX_IDEMPOTENCY_KEY,
@@ -125,9 +162,10 @@ fn labels_ok(
         ));
     }
     for (key, value) in labels {
-        required(field, key, MAX_LABEL_KEY)
+        identifier(field, key, MAX_LABEL_KEY)
             .map_err(|e| FieldError::new(field, format!("label key {}", e.message)))?;
-        at_most(&format!("{field}[{key}]"), value, MAX_LABEL_VALUE)?;
+        // A key that is not printable was refused above: it may name the field.
+        optional_identifier(&format!("{field}[{key}]"), value, MAX_LABEL_VALUE)?;
     }
     Ok(())
 }
@@ -174,7 +212,7 @@ pub fn validate_target(
     id: &str,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), FieldError> {
-    required("target.id", id, MAX_TARGET)?;
+    identifier("target.id", id, MAX_TARGET)?;
     labels_ok("target.labels", labels)
 }
 
@@ -272,6 +310,86 @@ mod tests {
             .cloned()
             .unwrap();
         assert_eq!(field_of(&s), "spec.parameters");
+    }
+
+    /// Newlines, ESC (ANSI colours), C1 controls, line separators and bidi
+    /// overrides: each could forge or hide a log line.
+    const UNPRINTABLE: [&str; 7] = [
+        "node-01\nINFO forged line",
+        "node-01\r",
+        "\u{1b}[31mnode-01",
+        "node\u{0}01",
+        "node\u{85}01",
+        "node\u{2028}01",
+        "node\u{202E}10",
+    ];
+
+    #[test]
+    fn identifiers_and_labels_refuse_control_characters() {
+        type Setter = fn(&mut ProposalSpec, String);
+        let cases: [(&str, Setter); 6] = [
+            ("spec.target", |s, v| s.target = v),
+            ("spec.operator", |s, v| s.operator = v),
+            ("spec.incident_id", |s, v| s.incident_id = v),
+            ("spec.idempotency_key", |s, v| s.idempotency_key = v),
+            ("spec.labels", |s, v| {
+                s.labels.insert(v, "x".into());
+            }),
+            ("spec.labels[env]", |s, v| {
+                s.labels.insert("env".into(), v);
+            }),
+        ];
+        for (field, set) in cases {
+            for bad in UNPRINTABLE {
+                let mut s = spec();
+                set(&mut s, bad.to_owned());
+                let error = validate_spec(&s).unwrap_err();
+                assert_eq!(error.field, field, "{bad:?}");
+                assert!(error.message.contains("control characters"), "{error}");
+            }
+            let mut s = spec();
+            set(&mut s, "node-01 (rack 4, ü)".to_owned());
+            validate_spec(&s).unwrap();
+        }
+    }
+
+    #[test]
+    fn free_text_may_span_lines() {
+        let mut s = spec();
+        s.reason = "line one\nline two\ttabbed".into();
+        s.context_summary = "a\r\nb".into();
+        s.rollback_plan = "systemctl start nginx\nsystemctl status nginx".into();
+        validate_spec(&s).unwrap();
+    }
+
+    #[test]
+    fn targets_and_sops_refuse_control_characters_in_ids_and_labels() {
+        use crate::{BlastRadius, reference::SopInput};
+        let labels = |k: &str, v: &str| [(k.to_owned(), v.to_owned())].into();
+        for bad in UNPRINTABLE {
+            let none = Default::default();
+            assert_eq!(validate_target(bad, &none).unwrap_err().field, "target.id");
+            let error = validate_target("node-01", &labels(bad, "x")).unwrap_err();
+            assert_eq!(error.field, "target.labels", "{bad:?}");
+            let error = validate_target("node-01", &labels("env", bad)).unwrap_err();
+            assert_eq!(error.field, "target.labels[env]", "{bad:?}");
+
+            let sop = |id: &str, selector| SopInput {
+                id: id.to_owned(),
+                action: "host_restart_service".into(),
+                title: "Restart".into(),
+                covers: String::new(),
+                rollback_path: String::new(),
+                max_blast_radius: BlastRadius::SingleDevice,
+                selector,
+            };
+            let error = validate_sop(&sop(bad, Default::default())).unwrap_err();
+            assert_eq!(error.field, "sop.id", "{bad:?}");
+            let error = validate_sop(&sop("SOP-1", labels("env", bad))).unwrap_err();
+            assert_eq!(error.field, "sop.selector[env]", "{bad:?}");
+            let error = validate_sop(&sop("SOP-1", labels(bad, "x"))).unwrap_err();
+            assert_eq!(error.field, "sop.selector", "{bad:?}");
+        }
     }
 
     #[test]

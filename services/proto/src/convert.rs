@@ -12,6 +12,23 @@ use crate::v1;
 pub mod audit;
 pub mod event;
 
+/// Most items one page of a list may hold.
+pub const MAX_PAGE_SIZE: u32 = 1_000;
+/// A page when the request names no size.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+
+/// A request's `page_size`: 0 is the default, more than the maximum is refused.
+pub fn page_size(requested: u32) -> Result<u32, FieldError> {
+    match requested {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n <= MAX_PAGE_SIZE => Ok(n),
+        _ => Err(FieldError::new(
+            "page_size",
+            format!("must be at most {MAX_PAGE_SIZE}"),
+        )),
+    }
+}
+
 /// A wire spec becomes a domain spec, or the first field that cannot.
 pub fn spec_from_proto(spec: v1::ProposalSpec) -> Result<ProposalSpec, FieldError> {
     let class = match v1::OperationClass::try_from(spec.class) {
@@ -119,8 +136,38 @@ pub fn timestamp(ms: Millis) -> Timestamp {
     }
 }
 
+/// A timestamp this service wrote (always in range) as milliseconds; for a
+/// caller's timestamp use [`millis_from_proto`], which refuses what is out of range.
 pub fn millis(ts: &Timestamp) -> Millis {
-    ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000
+    ts.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(ts.nanos) / 1_000_000)
+}
+
+/// The range of `google.protobuf.Timestamp`: 0001-01-01T00:00:00Z to
+/// 9999-12-31T23:59:59.999999999Z, in whole seconds since the epoch.
+const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// A caller's timestamp as milliseconds, or an error naming `field`: seconds
+/// outside the range of `google.protobuf.Timestamp` or nanos outside
+/// 0..=999,999,999 are refused (never wrapped or clamped into a filter).
+pub fn millis_from_proto(field: &str, ts: &Timestamp) -> Result<Millis, FieldError> {
+    if !(0..=999_999_999).contains(&ts.nanos) {
+        return Err(FieldError::new(
+            field,
+            format!("nanos must be 0 to 999999999 (got {})", ts.nanos),
+        ));
+    }
+    if !TIMESTAMP_SECONDS.contains(&ts.seconds) {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z (got {} s)",
+                ts.seconds
+            ),
+        ));
+    }
+    Ok(millis(ts))
 }
 
 fn gate_to_proto(gate: &GateResult) -> v1::GateResult {
@@ -277,6 +324,63 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_out_of_range_are_refused_naming_the_field() {
+        let at = |seconds, nanos| Timestamp { seconds, nanos };
+        for bad in [
+            at(1 << 62, 0),
+            at(i64::MAX, 0),
+            at(i64::MIN, 0),
+            at(253_402_300_800, 0),
+            at(-62_135_596_801, 0),
+            at(0, -1),
+            at(1_764_000_000, 1_000_000_000),
+            at(1_764_000_000, i32::MIN),
+        ] {
+            let error = millis_from_proto("decided_from", &bad).unwrap_err();
+            assert_eq!(error.field, "decided_from", "{bad:?}");
+        }
+        for (good, ms) in [
+            (at(0, 0), 0),
+            (at(1_764_000_000, 123_999_999), 1_764_000_000_123),
+            (at(-62_135_596_800, 0), -62_135_596_800_000),
+            (at(253_402_300_799, 999_999_999), 253_402_300_799_999),
+        ] {
+            assert_eq!(millis_from_proto("decided_from", &good), Ok(ms));
+        }
+    }
+
+    #[test]
+    fn page_sizes_default_and_are_capped() {
+        assert_eq!(page_size(0), Ok(DEFAULT_PAGE_SIZE));
+        assert_eq!(page_size(1), Ok(1));
+        assert_eq!(page_size(MAX_PAGE_SIZE), Ok(MAX_PAGE_SIZE));
+        assert_eq!(page_size(MAX_PAGE_SIZE + 1).unwrap_err().field, "page_size");
+    }
+
+    #[test]
+    fn reference_page_tokens_round_trip_and_belong_to_their_list() {
+        use reference::{List, page_after, page_token};
+        for id in ["n1", "SOP-007", "node 01 / rack ü"] {
+            for list in [List::Sops, List::Targets] {
+                assert_eq!(page_after(list, &page_token(list, id)), Ok(Some(id.into())));
+            }
+        }
+        assert_eq!(page_after(List::Sops, ""), Ok(None));
+        let other = page_token(List::Targets, "n1");
+        assert_eq!(
+            page_after(List::Sops, &other).unwrap_err().field,
+            "page_token"
+        );
+        for bad in ["zz", "00", &hex::encode("s1:"), &hex::encode([0xff, 0xfe])] {
+            assert_eq!(
+                page_after(List::Sops, bad).unwrap_err().field,
+                "page_token",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn timestamps_keep_millisecond_precision() {
         for ms in [0, 1, 999, 1_764_000_000_123, -1] {
             assert_eq!(millis(&timestamp(ms)), ms);
@@ -293,6 +397,45 @@ pub mod reference {
 
     use super::{blast_radius_to_proto, timestamp};
     use crate::v1;
+
+    /// Which list a page token continues: a token of one is refused by the other.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum List {
+        Sops,
+        Targets,
+    }
+
+    impl List {
+        fn prefix(self) -> &'static str {
+            match self {
+                List::Sops => "s1:",
+                List::Targets => "t1:",
+            }
+        }
+    }
+
+    /// Page tokens are opaque to callers: the list's tag and the last id
+    /// listed, in hex.
+    pub fn page_token(list: List, last_id: &str) -> String {
+        hex::encode(format!("{}{last_id}", list.prefix()))
+    }
+
+    /// The id a page starts after (`None`: the first page), or an error
+    /// naming `page_token`.
+    pub fn page_after(list: List, token: &str) -> Result<Option<String>, FieldError> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        hex::decode(token)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .and_then(|text| {
+                let id = text.strip_prefix(list.prefix())?;
+                (!id.is_empty()).then(|| id.to_owned())
+            })
+            .map(Some)
+            .ok_or_else(|| FieldError::new("page_token", "is not a token this service issued"))
+    }
 
     pub fn blast_radius_from_proto(field: &str, value: i32) -> Result<BlastRadius, FieldError> {
         match v1::BlastRadius::try_from(value) {

@@ -3,12 +3,14 @@
 //! kind to a gRPC code.
 
 pub mod client;
+pub mod codec;
 pub mod convert;
 pub mod status;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("countersign.v1");
+    include!(concat!(env!("OUT_DIR"), "/servers/countersign.v1.rs"));
 }
 
 /// The encoded descriptor set that the reflection service serves.

@@ -68,7 +68,16 @@ pub trait Store: Send + Sync + 'static {
     /// Creates or replaces an SOP; each put bumps its version.
     async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop>;
     async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>>;
-    async fn list_sops(&self, tenant: &str) -> Result<Vec<Sop>>;
+    /// A page of the tenant's SOPs in id order (byte order): those after
+    /// `after` (none: from the first), at most `limit`, retired ones only
+    /// with `include_retired`.
+    async fn list_sops(
+        &self,
+        tenant: &str,
+        include_retired: bool,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Sop>>;
     /// Retires an SOP (a new version); it no longer covers anything.
     async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop>;
 
@@ -80,7 +89,14 @@ pub trait Store: Send + Sync + 'static {
         labels: std::collections::BTreeMap<String, String>,
     ) -> Result<Target>;
     async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>>;
-    async fn list_targets(&self, tenant: &str) -> Result<Vec<Target>>;
+    /// A page of the tenant's targets in id order (byte order): those after
+    /// `after` (none: from the first), at most `limit`.
+    async fn list_targets(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Target>>;
 
     /// Moves a PENDING proposal to REVIEWING (with its event); a REVIEWING one
     /// (redelivered) stays so and keeps its first start time.

@@ -225,7 +225,7 @@ async fn with_tenant_a_set_no_row_of_tenant_b_is_read_or_written() {
     let b = store.get_proposal("b", &b_proposal).await.unwrap().unwrap();
     assert_eq!(b.cancel_reason, None);
     assert!(store.get_target("b", "planted").await.unwrap().is_none());
-    assert_eq!(store.list_targets("a").await.unwrap().len(), 1);
+    assert_eq!(store.list_targets("a", None, 10).await.unwrap().len(), 1);
 }
 
 #[tokio::test]

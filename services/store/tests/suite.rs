@@ -1320,8 +1320,24 @@ pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore)
     let retired = store.retire_sop("a", "SOP-1").await.unwrap();
     assert!(retired.retired && retired.version == 3);
     assert_eq!(store.retire_sop("a", "SOP-1").await.unwrap().version, 3);
-    assert_eq!(store.list_sops("a").await.unwrap(), [retired]);
-    assert!(store.list_sops("b").await.unwrap().is_empty());
+    assert_eq!(
+        store.list_sops("a", true, None, 10).await.unwrap(),
+        [retired]
+    );
+    assert!(
+        store
+            .list_sops("a", false, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_sops("b", true, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     put_online(&store, "a", "n1", "c1").await;
     store
@@ -1336,9 +1352,85 @@ pub async fn sops_are_versioned_and_targets_replaced_per_tenant(store: DynStore)
     let target = store.get_target("a", "n1").await.unwrap().unwrap();
     assert_eq!(target.status, countersign_domain::TargetStatus::Maintenance);
     assert!(target.labels.is_empty());
-    assert_eq!(store.list_targets("a").await.unwrap(), [target]);
+    assert_eq!(store.list_targets("a", None, 10).await.unwrap(), [target]);
     assert!(store.get_target("b", "n1").await.unwrap().is_none());
-    assert!(store.list_targets("b").await.unwrap().is_empty());
+    assert!(store.list_targets("b", None, 10).await.unwrap().is_empty());
+}
+
+pub async fn sops_and_targets_are_listed_in_pages_by_id(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    // Byte order on both backends: upper case before lower, `-` before digits.
+    let ids = ["A-9", "a-1", "a-10", "a-2", "b", "Z", "n-1"];
+    for id in ids {
+        put_online(&store, "a", id, "c1").await;
+        let input = countersign_store::SopInput {
+            id: id.into(),
+            action: "host_restart_service".into(),
+            title: "t".into(),
+            covers: String::new(),
+            rollback_path: String::new(),
+            max_blast_radius: BlastRadius::Cluster,
+            selector: Default::default(),
+        };
+        store.put_sop("a", input).await.unwrap();
+    }
+    put_online(&store, "b", "a-5", "c1").await;
+    store.retire_sop("a", "a-10").await.unwrap();
+    let mut sorted: Vec<&str> = ids.to_vec();
+    sorted.sort_unstable();
+
+    let mut targets = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.list_targets("a", after.as_deref(), 3).await.unwrap();
+        assert!(page.len() <= 3);
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.clone());
+        targets.extend(page.into_iter().map(|t| t.id));
+    }
+    assert_eq!(targets, sorted, "every target once, in byte order");
+
+    let listed = |include_retired| {
+        let store = store.clone();
+        async move {
+            let mut ids = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = store
+                    .list_sops("a", include_retired, after.as_deref(), 2)
+                    .await
+                    .unwrap();
+                assert!(page.len() <= 2);
+                let Some(last) = page.last() else { break };
+                after = Some(last.id.clone());
+                ids.extend(page.into_iter().map(|s| s.id));
+            }
+            ids
+        }
+    };
+    assert_eq!(listed(true).await, sorted);
+    let active: Vec<&str> = sorted.iter().copied().filter(|id| *id != "a-10").collect();
+    assert_eq!(
+        listed(false).await,
+        active,
+        "a retired SOP only when asked for"
+    );
+
+    // A page after an id that no longer exists goes on from where it was.
+    let page = store.list_targets("a", Some("a-15"), 10).await.unwrap();
+    let ids: Vec<&str> = page.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["a-2", "b", "n-1"]);
+    assert!(
+        store
+            .list_targets("a", Some("n-1"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Another tenant's rows are never on a page.
+    let b = store.list_targets("b", None, 10).await.unwrap();
+    assert_eq!(b.len(), 1);
 }
 
 /// Puts of one SOP at once each take a version of their own, consecutive,
@@ -1537,6 +1629,7 @@ macro_rules! every_store_test {
             the_breaker_trips_on_the_threshold_rejection_and_can_be_reset,
             sops_are_versioned_and_targets_replaced_per_tenant,
             concurrent_puts_and_retires_of_one_sop_take_consecutive_versions,
+            sops_and_targets_are_listed_in_pages_by_id,
             tenants_and_keys_are_listed_across_tenants_for_administration,
             subscribers_hear_of_each_change_after_it_commits,
             the_audit_log_chains_each_tenants_decisions_in_commit_order,

@@ -1,30 +1,92 @@
 //! `auth`: resolves `authorization: Bearer <key>` to a [`Principal`] and puts
-//! it in the request's extensions. No, unknown, revoked and malformed keys all
-//! get the same `UNAUTHENTICATED`.
+//! it in the request's extensions. No, unknown, revoked and malformed keys,
+//! and more than one `authorization` header, all get the same
+//! `UNAUTHENTICATED`, in the same time: an unknown id is checked against a
+//! stand-in hash as a known one is against its own. Refused credentials are
+//! limited per client address: past the limit they are answered
+//! `RESOURCE_EXHAUSTED`. Accepted ones are never limited here (the tenant's
+//! limit is `rate_limit`'s), so a client behind the same address as a
+//! prober keeps working.
 
 use std::{
-    sync::Arc,
+    net::{IpAddr, Ipv4Addr},
+    num::NonZeroU32,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
 };
 
 use countersign_domain::{Principal, api_key};
-use tonic::Status;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tonic::{Status, transport::server::TcpConnectInfo};
 use tower::{Layer, Service};
 
-use crate::directory::Directory;
+use crate::{RateLimit, directory::Directory};
 
 use super::{BoxFuture, is_public, reply, take_ready};
 
 pub const UNAUTHENTICATED: &str = "missing or invalid API key";
+pub const TOO_MANY_REFUSED: &str =
+    "too many refused credentials from this address; check the API key and retry later";
+
+/// What a presented key with an unknown id is checked against: no key hashes
+/// to it, and checking costs what checking a known key does.
+const NO_KEY_HASH: [u8; 32] = [0; 32];
+
+/// Refused credentials per client address: 10 a second, 100 at once.
+pub fn default_refusal_limit() -> RateLimit {
+    RateLimit {
+        per_second: NonZeroU32::new(10).expect("non-zero"),
+        burst: NonZeroU32::new(100).expect("non-zero"),
+    }
+}
+
+/// The refusals of each client address, as a token bucket per address.
+struct Refusals {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    counted: AtomicU64,
+}
+
+impl Refusals {
+    /// Addresses whose buckets are full again are forgotten every so many
+    /// refusals, so that many addresses cannot grow the table for good.
+    const SWEEP_EVERY: u64 = 4096;
+
+    fn new(limit: RateLimit) -> Self {
+        Refusals {
+            limiter: RateLimiter::keyed(
+                Quota::per_second(limit.per_second).allow_burst(limit.burst),
+            ),
+            counted: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one refusal from `peer`: false once it is over its limit.
+    fn allow(&self, peer: IpAddr) -> bool {
+        if self.counted.fetch_add(1, Ordering::Relaxed) % Self::SWEEP_EVERY == Self::SWEEP_EVERY - 1
+        {
+            self.limiter.retain_recent();
+        }
+        self.limiter.check_key(&peer).is_ok()
+    }
+}
 
 #[derive(Clone)]
 pub struct AuthLayer {
     store: Arc<Directory>,
+    refusals: Arc<Refusals>,
 }
 
 impl AuthLayer {
-    pub fn new(store: Arc<Directory>) -> Self {
-        AuthLayer { store }
+    /// `refusal_limit`: how many refused credentials one client address may
+    /// present (see [`default_refusal_limit`]).
+    pub fn new(store: Arc<Directory>, refusal_limit: RateLimit) -> Self {
+        AuthLayer {
+            store,
+            refusals: Arc::new(Refusals::new(refusal_limit)),
+        }
     }
 }
 
@@ -35,6 +97,7 @@ impl<S> Layer<S> for AuthLayer {
         Auth {
             inner,
             store: self.store.clone(),
+            refusals: self.refusals.clone(),
         }
     }
 }
@@ -43,6 +106,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     store: Arc<Directory>,
+    refusals: Arc<Refusals>,
 }
 
 /// Why a credential was refused. Callers all see one answer; logs see which.
@@ -52,11 +116,18 @@ enum Refusal {
     StoreDown(String),
 }
 
-async fn authenticate(
-    store: &Directory,
-    header: Option<&http::HeaderValue>,
-) -> Result<Principal, Refusal> {
-    let header = header.ok_or(Refusal::Unauthenticated("no authorization header"))?;
+async fn authenticate(store: &Directory, headers: &http::HeaderMap) -> Result<Principal, Refusal> {
+    let mut all = headers.get_all(http::header::AUTHORIZATION).iter();
+    let header = all
+        .next()
+        .ok_or(Refusal::Unauthenticated("no authorization header"))?;
+    // Two credentials are no credential: which one a proxy or a server would
+    // pick is not something to rely on.
+    if all.next().is_some() {
+        return Err(Refusal::Unauthenticated(
+            "more than one authorization header",
+        ));
+    }
     let text = header
         .to_str()
         .map_err(|_| Refusal::Unauthenticated("header is not text"))?;
@@ -68,10 +139,14 @@ async fn authenticate(
     let record = store
         .api_key(&parsed.id)
         .await
-        .map_err(|e| Refusal::StoreDown(e.to_string()))?
-        .ok_or(Refusal::Unauthenticated("unknown key"))?;
-    // Verify before looking at revocation, so timing says nothing either way.
-    let matches = api_key::verify(key, &record.key_hash);
+        .map_err(|e| Refusal::StoreDown(e.to_string()))?;
+    // Verify before looking at existence or revocation, so timing says
+    // nothing about either.
+    let matches = api_key::verify(
+        key,
+        record.as_ref().map_or(&NO_KEY_HASH[..], |r| &r.key_hash),
+    );
+    let record = record.ok_or(Refusal::Unauthenticated("unknown key"))?;
     if !matches {
         return Err(Refusal::Unauthenticated("wrong secret"));
     }
@@ -105,19 +180,24 @@ where
     fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
         let mut inner = take_ready(&mut self.inner);
         let store = self.store.clone();
+        let refusals = self.refusals.clone();
         Box::pin(async move {
             if is_public(req.uri().path()) {
                 return inner.call(req).await;
             }
-            let header = req.headers().get(http::header::AUTHORIZATION);
-            match authenticate(&store, header).await {
+            match authenticate(&store, req.headers()).await {
                 Ok(principal) => {
                     req.extensions_mut().insert(principal);
                     inner.call(req).await
                 }
                 Err(Refusal::Unauthenticated(why)) => {
-                    tracing::debug!(path = req.uri().path(), why, "credential refused");
-                    Ok(reply(Status::unauthenticated(UNAUTHENTICATED)))
+                    let peer = peer_ip(&req);
+                    tracing::debug!(path = req.uri().path(), %peer, why, "credential refused");
+                    if refusals.allow(peer) {
+                        Ok(reply(Status::unauthenticated(UNAUTHENTICATED)))
+                    } else {
+                        Ok(reply(Status::resource_exhausted(TOO_MANY_REFUSED)))
+                    }
                 }
                 Err(Refusal::StoreDown(error)) => {
                     tracing::error!(%error, "credential store unavailable");
@@ -125,5 +205,77 @@ where
                 }
             }
         })
+    }
+}
+
+/// The client's address as refusals are counted: the TCP peer's, an IPv6
+/// peer's /64 (one host can hold a whole /64), and one bucket for a request
+/// without an address.
+fn peer_ip<B>(req: &http::Request<B>) -> IpAddr {
+    let ip = req
+        .extensions()
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())
+        }
+        IpAddr::V6(v6) => IpAddr::V4(v6.to_ipv4_mapped().expect("mapped")),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(addr: &str) -> http::Request<()> {
+        let mut req = http::Request::new(());
+        let info = TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some(addr.parse().unwrap()),
+        };
+        req.extensions_mut().insert(info);
+        req
+    }
+
+    #[test]
+    fn refusals_are_counted_per_address_and_per_ipv6_prefix() {
+        assert_eq!(
+            peer_ip(&from("10.1.2.3:4000")),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            peer_ip(&from("[2001:db8:1:2:aaaa::1]:4000")),
+            peer_ip(&from("[2001:db8:1:2:bbbb::9]:5000")),
+        );
+        assert_ne!(
+            peer_ip(&from("[2001:db8:1:2::1]:4000")),
+            peer_ip(&from("[2001:db8:1:3::1]:4000")),
+        );
+        assert_eq!(
+            peer_ip(&from("[::ffff:10.1.2.3]:4000")),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            peer_ip(&http::Request::new(())),
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        );
+    }
+
+    #[test]
+    fn each_address_has_its_own_budget_of_refusals() {
+        let refusals = Refusals::new(RateLimit {
+            per_second: NonZeroU32::new(1).unwrap(),
+            burst: NonZeroU32::new(3).unwrap(),
+        });
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        assert!((0..3).all(|_| refusals.allow(a)));
+        assert!(!refusals.allow(a), "over the burst");
+        assert!(
+            refusals.allow(b),
+            "another address is not held to a's count"
+        );
     }
 }

@@ -1,8 +1,11 @@
 //! The tower stack every RPC passes through, outermost first:
-//! `trace → auth → tenant_bind → rate_limit → timeout → metrics → service`.
+//! `trace → metrics → auth → tenant_bind → rate_limit → timeout →
+//! message_limit → service`. `metrics` sees every answer, the layers' own
+//! refusals included.
 //! Health and reflection are public: the layers let them through untouched.
 
 pub mod auth;
+pub mod message_limit;
 pub mod metrics;
 pub mod rate_limit;
 pub mod tenant_bind;
@@ -14,6 +17,7 @@ use std::{future::Future, pin::Pin};
 use tonic::Status;
 
 pub use auth::AuthLayer;
+pub use message_limit::MessageLimitLayer;
 pub use metrics::MetricsLayer;
 pub use rate_limit::RateLimitLayer;
 pub use tenant_bind::TenantBindLayer;

@@ -3,7 +3,13 @@
 
 use countersign_domain::{Permission, validate_sop, validate_target};
 use countersign_proto::{
-    convert::reference::{sop_input_from_proto, sop_to_proto, status_from_proto, target_to_proto},
+    convert::{
+        page_size,
+        reference::{
+            List, page_after, page_token, sop_input_from_proto, sop_to_proto, status_from_proto,
+            target_to_proto,
+        },
+    },
     to_status,
     v1::{
         GetSopRequest, GetTargetRequest, ListSopsRequest, ListSopsResponse, ListTargetsRequest,
@@ -40,6 +46,44 @@ impl SopApi {
     }
 }
 
+/// A page's encoded size stays under this whatever its page size, far below
+/// the 4 MiB a client decodes by default: the largest SOP or target the
+/// validation rules allow is about 35 KB, so a page holds at least 29 of them.
+const PAGE_BYTES: usize = 1024 * 1024;
+
+/// One page of `rows` (read with one more than `page_size` asked for): at
+/// most `page_size` of them and, past the first, only while the page stays
+/// under [`PAGE_BYTES`]. The token continues after the last one on the page,
+/// empty when nothing follows.
+fn page<R, W: prost::Message>(
+    rows: Vec<R>,
+    page_size: u32,
+    list: List,
+    id: impl Fn(&R) -> &str,
+    to_wire: impl Fn(&R) -> W,
+) -> (Vec<W>, String) {
+    let total = rows.len();
+    let mut wire = Vec::new();
+    let mut bytes = 0;
+    let mut last = None;
+    for row in rows.iter().take(page_size as usize) {
+        let item = to_wire(row);
+        // The length prefix and tag of a repeated field: at most 6 bytes.
+        let size = item.encoded_len() + 6;
+        if !wire.is_empty() && bytes + size > PAGE_BYTES {
+            break;
+        }
+        bytes += size;
+        wire.push(item);
+        last = Some(id(row));
+    }
+    let token = match last {
+        Some(last) if wire.len() < total => page_token(list, last),
+        _ => String::new(),
+    };
+    (wire, token)
+}
+
 fn sop_not_found(id: &str) -> Status {
     Status::not_found(format!("SOP `{id}` not found"))
 }
@@ -60,7 +104,7 @@ impl SopService for SopApi {
             .await
             .map_err(|e| to_status(&e))?;
         self.changed(&caller.tenant.name, &sop.action);
-        tracing::info!(sop = %sop.id, version = sop.version, "SOP put");
+        tracing::info!(sop = ?sop.id, version = sop.version, "SOP put");
         Ok(Response::new(sop_to_proto(&sop)))
     }
 
@@ -82,18 +126,24 @@ impl SopService for SopApi {
         request: Request<ListSopsRequest>,
     ) -> Result<Response<ListSopsResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::ReadReference)?;
-        let include_retired = request.into_inner().include_retired;
-        let sops = self
+        let request = request.into_inner();
+        let size = page_size(request.page_size).map_err(|e| to_status(&e))?;
+        let after = page_after(List::Sops, &request.page_token).map_err(|e| to_status(&e))?;
+        // One more than a page tells whether another page follows.
+        let rows = self
             .store
-            .list_sops(&caller.tenant.name)
+            .list_sops(
+                &caller.tenant.name,
+                request.include_retired,
+                after.as_deref(),
+                size + 1,
+            )
             .await
             .map_err(|e| to_status(&e))?;
+        let (sops, next_page_token) = page(rows, size, List::Sops, |s| &s.id, sop_to_proto);
         Ok(Response::new(ListSopsResponse {
-            sops: sops
-                .iter()
-                .filter(|s| include_retired || !s.retired)
-                .map(sop_to_proto)
-                .collect(),
+            sops,
+            next_page_token,
         }))
     }
 
@@ -113,7 +163,7 @@ impl SopService for SopApi {
                 other => to_status(&other),
             })?;
         self.changed(&caller.tenant.name, &sop.action);
-        tracing::info!(sop = %sop.id, version = sop.version, "SOP retired");
+        tracing::info!(sop = ?sop.id, version = sop.version, "SOP retired");
         Ok(Response::new(sop_to_proto(&sop)))
     }
 }
@@ -154,7 +204,7 @@ impl TargetService for TargetApi {
             Scope::Target(target.id.clone()),
             now_ms(),
         );
-        tracing::info!(target_id = %target.id, status = %target.status, "target put");
+        tracing::info!(target_id = ?target.id, status = %target.status, "target put");
         Ok(Response::new(target_to_proto(&target)))
     }
 
@@ -179,13 +229,20 @@ impl TargetService for TargetApi {
         request: Request<ListTargetsRequest>,
     ) -> Result<Response<ListTargetsResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::ReadReference)?;
-        let targets = self
+        let request = request.into_inner();
+        let size = page_size(request.page_size).map_err(|e| to_status(&e))?;
+        let after = page_after(List::Targets, &request.page_token).map_err(|e| to_status(&e))?;
+        // One more than a page tells whether another page follows.
+        let rows = self
             .store
-            .list_targets(&caller.tenant.name)
+            .list_targets(&caller.tenant.name, after.as_deref(), size + 1)
             .await
             .map_err(|e| to_status(&e))?;
+        let (targets, next_page_token) =
+            page(rows, size, List::Targets, |t| &t.id, target_to_proto);
         Ok(Response::new(ListTargetsResponse {
-            targets: targets.iter().map(target_to_proto).collect(),
+            targets,
+            next_page_token,
         }))
     }
 }

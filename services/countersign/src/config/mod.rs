@@ -5,6 +5,7 @@
 
 mod duration;
 mod flags;
+mod positive;
 mod print;
 mod sources;
 

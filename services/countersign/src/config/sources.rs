@@ -22,7 +22,7 @@ use figment::{
     value::{Dict, Map, Value},
 };
 
-use super::{Config, ServeArgs};
+use super::{Config, ServeArgs, positive};
 
 const SECTIONS: &[&str] = &[
     "log",
@@ -194,9 +194,22 @@ fn check(figment: Figment) -> anyhow::Result<()> {
 }
 
 fn extract(figment: &Figment) -> anyhow::Result<Config> {
-    figment
+    let config = figment
         .extract_lossy::<Config>()
-        .map_err(|error| anyhow::anyhow!("invalid configuration: {}", describe(error)))
+        .map_err(|error| anyhow::anyhow!("invalid configuration: {}", describe(error)))?;
+    if let Some(key) = positive::first_zero(&config) {
+        let from = figment.find_metadata(key).map(from).unwrap_or_default();
+        bail!("invalid configuration: {key}: must be more than 0{from}");
+    }
+    Ok(config)
+}
+
+/// ` (from environment variable …)`: where a setting came from.
+fn from(metadata: &Metadata) -> String {
+    match &metadata.source {
+        Some(source) => format!(" (from {} {source})", metadata.name),
+        None => format!(" (from {})", metadata.name),
+    }
 }
 
 /// `review.deadline: invalid duration … (from environment variable …)`.
@@ -205,14 +218,7 @@ fn describe(error: figment::Error) -> String {
         .into_iter()
         .map(|e| {
             let path = &e.path;
-            let from = e
-                .metadata
-                .as_ref()
-                .map(|md| match &md.source {
-                    Some(source) => format!(" (from {} {source})", md.name),
-                    None => format!(" (from {})", md.name),
-                })
-                .unwrap_or_default();
+            let from = e.metadata.as_ref().map(from).unwrap_or_default();
             if path.is_empty() {
                 format!("{}{from}", e.kind)
             } else {

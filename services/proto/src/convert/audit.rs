@@ -5,13 +5,13 @@ use countersign_domain::{
     audit::{AuditEntry, AuditFilter, Checkpoint, FailureKind, Verification},
 };
 
-use super::{blast_radius_to_proto, decision_to_proto, millis, reference::blast_radius_from_proto};
+use super::{
+    blast_radius_to_proto, decision_to_proto, millis_from_proto, page_size,
+    reference::blast_radius_from_proto,
+};
 use crate::v1;
 
-/// Most entries one page may hold.
-pub const MAX_PAGE_SIZE: u32 = 1_000;
-/// A page when the request names no size.
-pub const DEFAULT_PAGE_SIZE: u32 = 100;
+pub use super::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 
 /// An entry as `viewer` may see it. Agent credentials get the terse view of
 /// its decision (as every other read gives them) and no record JSON: the
@@ -57,23 +57,19 @@ fn text(value: String) -> Option<String> {
 pub fn list_request_from_proto(
     request: v1::ListDecisionsRequest,
 ) -> Result<(AuditFilter, u32, Option<u64>), FieldError> {
-    let page_size = match request.page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n if n <= MAX_PAGE_SIZE => n,
-        _ => {
-            return Err(FieldError::new(
-                "page_size",
-                format!("must be at most {MAX_PAGE_SIZE}"),
-            ));
-        }
-    };
+    let page_size = page_size(request.page_size)?;
     let blast_radius = match request.blast_radius {
         0 => None,
         value => Some(blast_radius_from_proto("blast_radius", value)?),
     };
+    let instant = |field, ts: &Option<prost_types::Timestamp>| {
+        ts.as_ref()
+            .map(|ts| millis_from_proto(field, ts))
+            .transpose()
+    };
     let filter = AuditFilter {
-        decided_from: request.decided_from.as_ref().map(millis),
-        decided_until: request.decided_until.as_ref().map(millis),
+        decided_from: instant("decided_from", &request.decided_from)?,
+        decided_until: instant("decided_until", &request.decided_until)?,
         action: text(request.action),
         target: text(request.target),
         operator: text(request.operator),

@@ -219,8 +219,14 @@ impl Store for PostgresStore {
         reference::get_sop(&self.pool, tenant, id).await
     }
 
-    async fn list_sops(&self, tenant: &str) -> Result<Vec<Sop>> {
-        reference::list_sops(&self.pool, tenant).await
+    async fn list_sops(
+        &self,
+        tenant: &str,
+        include_retired: bool,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Sop>> {
+        reference::list_sops(&self.pool, tenant, include_retired, after, limit).await
     }
 
     async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
@@ -241,8 +247,13 @@ impl Store for PostgresStore {
         reference::get_target_in(&self.pool, tenant, id).await
     }
 
-    async fn list_targets(&self, tenant: &str) -> Result<Vec<Target>> {
-        reference::list_targets(&self.pool, tenant).await
+    async fn list_targets(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Target>> {
+        reference::list_targets(&self.pool, tenant, after, limit).await
     }
 
     async fn begin_reviews(

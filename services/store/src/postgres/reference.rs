@@ -114,12 +114,27 @@ pub async fn get_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Sop
     row.as_ref().map(sop_from_row).transpose()
 }
 
-pub async fn list_sops(pool: &PgPool, tenant: &str) -> Result<Vec<Sop>> {
+/// A page in id order (byte order, as SQLite's). Ids are never empty, so
+/// `''` is before the first.
+pub async fn list_sops(
+    pool: &PgPool,
+    tenant: &str,
+    include_retired: bool,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Sop>> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let rows = sqlx::query("SELECT * FROM sops WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
-        .bind(tenant)
-        .fetch_all(&mut *tx)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT * FROM sops WHERE tenant = $1 AND ($2 OR NOT retired)
+             AND id COLLATE \"C\" > $3
+         ORDER BY id COLLATE \"C\" LIMIT $4",
+    )
+    .bind(tenant)
+    .bind(include_retired)
+    .bind(after.unwrap_or(""))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
     tx.commit().await?;
     rows.iter().map(sop_from_row).collect()
 }
@@ -177,12 +192,24 @@ pub async fn get_target_in(pool: &PgPool, tenant: &str, id: &str) -> Result<Opti
     Ok(target)
 }
 
-pub async fn list_targets(pool: &PgPool, tenant: &str) -> Result<Vec<Target>> {
+/// A page in id order (byte order, as SQLite's). Ids are never empty, so
+/// `''` is before the first.
+pub async fn list_targets(
+    pool: &PgPool,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Target>> {
     let mut tx = scope::tenant(pool, tenant).await?;
-    let rows = sqlx::query("SELECT * FROM targets WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
-        .bind(tenant)
-        .fetch_all(&mut *tx)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT * FROM targets WHERE tenant = $1 AND id COLLATE \"C\" > $2
+         ORDER BY id COLLATE \"C\" LIMIT $3",
+    )
+    .bind(tenant)
+    .bind(after.unwrap_or(""))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *tx)
+    .await?;
     tx.commit().await?;
     rows.iter().map(target_from_row).collect()
 }

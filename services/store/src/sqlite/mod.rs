@@ -265,8 +265,14 @@ impl Store for SqliteStore {
         reference::get_sop(&self.reader, tenant, id).await
     }
 
-    async fn list_sops(&self, tenant: &str) -> Result<Vec<Sop>> {
-        reference::list_sops(&self.reader, tenant).await
+    async fn list_sops(
+        &self,
+        tenant: &str,
+        include_retired: bool,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Sop>> {
+        reference::list_sops(&self.reader, tenant, include_retired, after, limit).await
     }
 
     async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
@@ -287,8 +293,13 @@ impl Store for SqliteStore {
         reference::get_target(&self.reader, tenant, id).await
     }
 
-    async fn list_targets(&self, tenant: &str) -> Result<Vec<Target>> {
-        reference::list_targets(&self.reader, tenant).await
+    async fn list_targets(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Target>> {
+        reference::list_targets(&self.reader, tenant, after, limit).await
     }
 
     async fn begin_reviews(

@@ -111,14 +111,27 @@ pub async fn get_sop<'e>(
         .transpose()
 }
 
-pub async fn list_sops(pool: &SqlitePool, tenant: &str) -> Result<Vec<Sop>> {
-    sqlx::query("SELECT * FROM sops WHERE tenant = ? ORDER BY id")
-        .bind(tenant)
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(sop_from_row)
-        .collect()
+/// A page in id order. Ids are never empty, so `''` is before the first.
+pub async fn list_sops(
+    pool: &SqlitePool,
+    tenant: &str,
+    include_retired: bool,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Sop>> {
+    sqlx::query(
+        "SELECT * FROM sops WHERE tenant = ? AND (? OR NOT retired) AND id > ?
+         ORDER BY id LIMIT ?",
+    )
+    .bind(tenant)
+    .bind(include_retired)
+    .bind(after.unwrap_or(""))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(sop_from_row)
+    .collect()
 }
 
 #[tracing::instrument(name = "store.sqlite.put_target", skip(pool, labels))]
@@ -165,9 +178,17 @@ pub async fn get_target<'e>(
         .transpose()
 }
 
-pub async fn list_targets(pool: &SqlitePool, tenant: &str) -> Result<Vec<Target>> {
-    sqlx::query("SELECT * FROM targets WHERE tenant = ? ORDER BY id")
+/// A page in id order. Ids are never empty, so `''` is before the first.
+pub async fn list_targets(
+    pool: &SqlitePool,
+    tenant: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Target>> {
+    sqlx::query("SELECT * FROM targets WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?")
         .bind(tenant)
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
         .fetch_all(pool)
         .await?
         .iter()

@@ -339,3 +339,53 @@ fn the_embedded_databases_commits_are_full_unless_normal_is_asked_for() {
         "{error}"
     );
 }
+
+#[test]
+fn zero_where_zero_makes_no_sense_is_refused_naming_the_key_and_source() {
+    for (key, _) in crate::config::positive::KEYS {
+        let (section, name) = key.split_once('.').unwrap();
+        let zero = if matches!(*key, "database.pool" | "review.attempts" | "watch.buffer") {
+            "0"
+        } else {
+            "\"0s\""
+        };
+        let toml = file(&format!("[{section}]\n{name} = {zero}\n"));
+        let error = error_of(load_from(Some(toml.path()), Vec::new(), Vec::new()));
+        assert!(
+            error.contains(&format!("{key}: must be more than 0")),
+            "{error}"
+        );
+        assert!(
+            error.contains(&toml.path().display().to_string()),
+            "{key}: {error}"
+        );
+    }
+    let flags = vec![flag("--checkpoint-every", "audit.checkpoint_every", "0s")];
+    let error = error_of(load_from(None, Vec::new(), flags));
+    assert!(
+        error.contains("audit.checkpoint_every") && error.contains("--checkpoint-every"),
+        "{error}"
+    );
+    let vars = env(&[("COUNTERSIGN_WATCH_HEARTBEAT", "0ms")]);
+    let error = error_of(load_from(None, vars, Vec::new()));
+    assert!(
+        error.contains("watch.heartbeat") && error.contains("COUNTERSIGN_WATCH_HEARTBEAT"),
+        "{error}"
+    );
+    let vars = env(&[("COUNTERSIGN_REVIEW_ATTEMPTS", "0")]);
+    let error = error_of(load_from(None, vars, Vec::new()));
+    assert!(error.contains("review.attempts"), "{error}");
+}
+
+#[test]
+fn zero_where_zero_means_something_is_kept() {
+    let toml = file(
+        "[shutdown]\ngrace = \"0s\"\n[api]\ncredential_cache_ttl = \"0s\"\n\
+         [suppression]\ncapacity = 0\nttl = \"0s\"\n[review]\nworkers = 0\nexpress_workers = 0\n",
+    );
+    let config = load_from(Some(toml.path()), Vec::new(), Vec::new()).unwrap();
+    assert!(config.shutdown.grace.is_zero());
+    assert!(config.api.credential_cache_ttl.is_zero());
+    assert_eq!(config.suppression.capacity, 0);
+    assert_eq!(config.review.workers, Some(0));
+}
