@@ -1,8 +1,9 @@
 //! `auth`: resolves `authorization: Bearer <key>` to a [`Principal`] and puts
 //! it in the request's extensions. No, unknown, revoked and malformed keys,
 //! and more than one `authorization` header, all get the same
-//! `UNAUTHENTICATED`, in the same time: an unknown id is checked against a
-//! stand-in hash as a known one is against its own. Refused credentials are
+//! `UNAUTHENTICATED`. An unknown id costs what a known one with a wrong
+//! secret does: both are looked up through the directory's cache and checked
+//! against a hash (a stand-in for the unknown id). Refused credentials are
 //! limited per client address: past the limit they are answered
 //! `RESOURCE_EXHAUSTED`. Accepted ones are never limited here (the tenant's
 //! limit is `rate_limit`'s), so a client behind the same address as a
