@@ -213,13 +213,14 @@ pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
 }
 
 /// Whether `other` blocks this proposal: it overlaps and is earlier and still
-/// open, or was approved within the window.
+/// open (pending, under review or waiting for people), or was approved within
+/// the window.
 pub fn blocks(facts: &ReviewFacts, other: &OtherOperation) -> bool {
     if other.id == facts.proposal_id || !overlaps(facts, other) {
         return false;
     }
     match other.state {
-        ProposalState::Pending | ProposalState::Reviewing => {
+        ProposalState::Pending | ProposalState::Reviewing | ProposalState::Escalated => {
             (other.created_at, other.id.as_str()) < (facts.created_at, facts.proposal_id.as_str())
         }
         ProposalState::Approved => other

@@ -101,6 +101,7 @@ pub fn state_to_proto(state: ProposalState) -> v1::ProposalState {
         ProposalState::Rejected => v1::ProposalState::Rejected,
         ProposalState::Cancelled => v1::ProposalState::Cancelled,
         ProposalState::TimedOut => v1::ProposalState::TimedOut,
+        ProposalState::Escalated => v1::ProposalState::Escalated,
     }
 }
 
