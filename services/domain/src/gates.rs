@@ -18,6 +18,10 @@ pub const ROLLBACK: &str = "rollback";
 pub const BLAST_RADIUS: &str = "blast_radius";
 /// Not a gate the reviewer evaluates: the review itself failed.
 pub const REVIEW: &str = "review";
+/// People's countersignature on an escalated proposal (`crate::escalation`):
+/// reported after the five, always the last gate of a decision, and only on
+/// decisions of proposals that were escalated.
+pub const HUMAN: &str = "human";
 
 /// The gates, in the fixed order they run and are reported.
 pub const GATES: [&str; 5] = [
