@@ -10,6 +10,7 @@ use serde_json::{Map, Number, Value as Json};
 use crate::v1;
 
 pub mod audit;
+pub mod escalation;
 pub mod event;
 
 /// A wire spec becomes a domain spec, or the first field that cannot.
@@ -148,6 +149,12 @@ pub fn decision_to_proto(decision: &Decision) -> v1::Decision {
         sequence: decision.sequence,
         digest: decision.digest.clone(),
         review_latency_ms: decision.review_latency_ms,
+        route_id: decision.route_id.clone().unwrap_or_default(),
+        votes: decision
+            .votes
+            .iter()
+            .map(escalation::vote_to_proto)
+            .collect(),
     }
 }
 
@@ -172,6 +179,7 @@ pub fn proposal_to_proto(proposal: &Proposal, agent_viewer: bool) -> v1::Proposa
         decision,
         suppressed_retries: proposal.suppressed_retries,
         cancel_reason: proposal.cancel_reason.clone().unwrap_or_default(),
+        submitted_by_person: String::new(),
     }
 }
 
