@@ -15,6 +15,8 @@ const PROTOS: &[&str] = &[
     "countersign/v1/reference_services.proto",
     "countersign/v1/notification_service.proto",
     "countersign/v1/audit_service.proto",
+    "countersign/v1/policy_service.proto",
+    "countersign/v1/escalation_service.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -164,6 +164,8 @@ impl AuditRecord {
             sequence,
             digest,
             review_latency_ms: self.review_latency_ms,
+            route_id: None,
+            votes: Vec::new(),
         }
     }
 

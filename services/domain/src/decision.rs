@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Millis;
+use crate::{Millis, escalation::Vote};
 
 crate::named_enum! {
     pub enum DecisionOutcome as "decision outcome" {
@@ -36,6 +36,13 @@ pub struct Decision {
     pub sequence: u64,
     pub digest: String,
     pub review_latency_ms: u64,
+    /// The route that sent the proposal to people (none: it was never escalated).
+    /// Absent from the JSON of a decision without one, so that JSON is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_id: Option<String>,
+    /// The people's votes, in the order they were cast.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub votes: Vec<Vote>,
 }
 
 /// What an agent credential is told of any refusal: fixed and non-diagnostic.
@@ -44,13 +51,14 @@ pub const AGENT_REFUSAL: &str =
 
 impl Decision {
     /// The view an agent credential gets: no reason, no gate details, no
-    /// missing-gate names.
+    /// missing-gate names, no votes (nor their comments).
     pub fn for_agent(&self) -> Decision {
         Decision {
             reason: String::new(),
             gates: Vec::new(),
             missing_gates: Vec::new(),
             summary: String::new(),
+            votes: Vec::new(),
             ..self.clone()
         }
     }

@@ -21,6 +21,11 @@ crate::named_enum! {
         /// This rejection was the operator's K-th within the breaker window:
         /// their further submissions are refused until it passes or is reset.
         BreakerTripped => "BREAKER_TRIPPED",
+        /// The gates ran and a route sent the proposal to people
+        /// (REVIEWING → ESCALATED).
+        Escalated => "ESCALATED",
+        /// A person voted on an escalated proposal.
+        Vote => "VOTE",
     }
 }
 

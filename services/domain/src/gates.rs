@@ -18,6 +18,10 @@ pub const ROLLBACK: &str = "rollback";
 pub const BLAST_RADIUS: &str = "blast_radius";
 /// Not a gate the reviewer evaluates: the review itself failed.
 pub const REVIEW: &str = "review";
+/// People's countersignature on an escalated proposal (`crate::escalation`):
+/// reported after the five, always the last gate of a decision, and only on
+/// decisions of proposals that were escalated.
+pub const HUMAN: &str = "human";
 
 /// The gates, in the fixed order they run and are reported.
 pub const GATES: [&str; 5] = [
@@ -213,13 +217,14 @@ pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
 }
 
 /// Whether `other` blocks this proposal: it overlaps and is earlier and still
-/// open, or was approved within the window.
+/// open (pending, under review or waiting for people), or was approved within
+/// the window.
 pub fn blocks(facts: &ReviewFacts, other: &OtherOperation) -> bool {
     if other.id == facts.proposal_id || !overlaps(facts, other) {
         return false;
     }
     match other.state {
-        ProposalState::Pending | ProposalState::Reviewing => {
+        ProposalState::Pending | ProposalState::Reviewing | ProposalState::Escalated => {
             (other.created_at, other.id.as_str()) < (facts.created_at, facts.proposal_id.as_str())
         }
         ProposalState::Approved => other

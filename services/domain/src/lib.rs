@@ -8,6 +8,7 @@ pub mod decision;
 #[macro_use]
 pub mod names;
 pub mod error;
+pub mod escalation;
 pub mod event;
 pub mod gates;
 pub mod principal;

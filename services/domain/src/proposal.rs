@@ -182,6 +182,8 @@ pub(crate) mod tests {
                 sequence: 7,
                 digest: "ab".into(),
                 review_latency_ms: 1,
+                route_id: None,
+                votes: Vec::new(),
             }),
             suppressed_retries: 4,
             cancel_reason: None,

@@ -21,7 +21,7 @@ pub struct ReviewStamp {
     pub latency_ms: u64,
 }
 
-fn summary(outcome: &str, gates: &[GateResult], notes: &str) -> String {
+pub(crate) fn summary(outcome: &str, gates: &[GateResult], notes: &str) -> String {
     let mut out = format!("Decision: {outcome}\n\nGates\n");
     for g in gates {
         let mark = if g.passed { '✓' } else { '✗' };
@@ -91,6 +91,8 @@ pub fn decide(verdict: &Verdict, spec: &ProposalSpec, stamp: ReviewStamp) -> Dec
         sequence: 0,
         digest: String::new(),
         review_latency_ms: stamp.latency_ms,
+        route_id: None,
+        votes: Vec::new(),
     }
 }
 
@@ -120,6 +122,8 @@ pub fn failed(why: &str, stamp: ReviewStamp) -> Decision {
         sequence: 0,
         digest: String::new(),
         review_latency_ms: stamp.latency_ms,
+        route_id: None,
+        votes: Vec::new(),
     }
 }
 
@@ -149,5 +153,7 @@ pub fn timed_out(deadline_ms: u64, stamp: ReviewStamp) -> Decision {
         sequence: 0,
         digest: String::new(),
         review_latency_ms: stamp.latency_ms,
+        route_id: None,
+        votes: Vec::new(),
     }
 }

@@ -86,7 +86,7 @@ fn required(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     at_most(field, value, max)
 }
 
-fn at_most(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+pub(crate) fn at_most(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     if value.len() > max {
         return Err(FieldError::new(
             field,
@@ -151,7 +151,7 @@ pub fn validate_spec(spec: &ProposalSpec) -> Result<(), FieldError> {
     labels_ok("spec.labels", &spec.labels)
 }
 
-fn labels_ok(
+pub(crate) fn labels_ok(
     field: &str,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), FieldError> {

@@ -10,6 +10,7 @@ use serde_json::{Map, Number, Value as Json};
 use crate::v1;
 
 pub mod audit;
+pub mod escalation;
 pub mod event;
 
 /// Most items one page of a list may hold.
@@ -118,6 +119,7 @@ pub fn state_to_proto(state: ProposalState) -> v1::ProposalState {
         ProposalState::Rejected => v1::ProposalState::Rejected,
         ProposalState::Cancelled => v1::ProposalState::Cancelled,
         ProposalState::TimedOut => v1::ProposalState::TimedOut,
+        ProposalState::Escalated => v1::ProposalState::Escalated,
     }
 }
 
@@ -194,6 +196,12 @@ pub fn decision_to_proto(decision: &Decision) -> v1::Decision {
         sequence: decision.sequence,
         digest: decision.digest.clone(),
         review_latency_ms: decision.review_latency_ms,
+        route_id: decision.route_id.clone().unwrap_or_default(),
+        votes: decision
+            .votes
+            .iter()
+            .map(escalation::vote_to_proto)
+            .collect(),
     }
 }
 
@@ -218,6 +226,7 @@ pub fn proposal_to_proto(proposal: &Proposal, agent_viewer: bool) -> v1::Proposa
         decision,
         suppressed_retries: proposal.suppressed_retries,
         cancel_reason: proposal.cancel_reason.clone().unwrap_or_default(),
+        submitted_by_person: String::new(),
     }
 }
 

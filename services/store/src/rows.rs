@@ -220,6 +220,8 @@ pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
         sequence: 0,
         digest: String::new(),
         review_latency_ms: row.int("review_latency_ms")?.max(0) as u64,
+        route_id: None,
+        votes: Vec::new(),
     })
 }
 

@@ -142,6 +142,7 @@ impl StoreEvent {
             ProposalState::Rejected => EventKind::Rejected,
             ProposalState::Cancelled => EventKind::Cancelled,
             ProposalState::TimedOut => EventKind::TimedOut,
+            ProposalState::Escalated => EventKind::Escalated,
         };
         StoreEvent {
             cursor: None,

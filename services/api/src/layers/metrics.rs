@@ -32,6 +32,11 @@ const RPCS: &[&str] = &[
     "/countersign.v1.AuditService/GetDecision",
     "/countersign.v1.AuditService/VerifyLog",
     "/countersign.v1.AuditService/GetCheckpoint",
+    "/countersign.v1.PolicyService/PutRoute",
+    "/countersign.v1.PolicyService/ListRoutes",
+    "/countersign.v1.PolicyService/DeleteRoute",
+    "/countersign.v1.EscalationService/ListEscalations",
+    "/countersign.v1.EscalationService/Resolve",
     "/grpc.health.v1.Health/Check",
     "/grpc.health.v1.Health/Watch",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
@@ -143,7 +148,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(methods, 16, "the protos' methods");
+        assert_eq!(methods, 21, "the protos' methods");
     }
 
     #[test]

@@ -43,6 +43,8 @@ fn rejection(missing: &[&str]) -> Decision {
         sequence: 0,
         digest: String::new(),
         review_latency_ms: 0,
+        route_id: None,
+        votes: Vec::new(),
     }
 }
 

@@ -16,6 +16,8 @@ pub fn kind_to_proto(kind: EventKind) -> v1::EventKind {
         EventKind::TimedOut => v1::EventKind::TimedOut,
         EventKind::Suppressed => v1::EventKind::Suppressed,
         EventKind::BreakerTripped => v1::EventKind::BreakerTripped,
+        EventKind::Escalated => v1::EventKind::Escalated,
+        EventKind::Vote => v1::EventKind::Vote,
     }
 }
 

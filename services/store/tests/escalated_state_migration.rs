@@ -1,0 +1,274 @@
+//! Migration 0016 lets a proposal be ESCALATED on both backends: the state
+//! is accepted, moving to it logs an ESCALATED event, and a database with
+//! proposals, queue entries and decisions keeps every row (SQLite rebuilds
+//! the table under the decisions' foreign key).
+
+#[path = "support/postgres.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use sqlx::migrate::Migrator;
+use sqlx::{Connection, PgConnection, SqliteConnection};
+use support::TestDatabase;
+
+fn migrations(backend: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
+}
+
+/// The backend's migrations before 0016, in a directory of their own.
+fn before_escalation(backend: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(migrations(backend)).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < "0016" {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    dir
+}
+
+const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,
+     blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at)
+     VALUES ($1, 'a', 'db_failover', 'destructive', 'db-01', 'cluster', 'olga', '{}', 'd',
+             'pending', 'k', 1, 1)";
+
+const DECIDE: &str = "INSERT INTO decisions (proposal_id, tenant, outcome, reason,
+     agent_message, gates_json, missing_gates_json, reviewer, decided_at, summary,
+     review_latency_ms) VALUES ($1, 'a', 'reject', 'r', 'm', '[]', '[]', 'w', 3, 's', 0)";
+
+const MOVE: &str = "UPDATE proposals SET state = $1, updated_at = $2 WHERE id = $3";
+
+const EVENTS: &str = "SELECT kind, state FROM events WHERE proposal_id = $1 ORDER BY cursor";
+
+fn pairs(events: &[(String, String)]) -> Vec<(&str, &str)> {
+    events
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("db").display());
+    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        fk, 1,
+        "foreign keys are enforced, as the store opens the file"
+    );
+    let old = before_escalation("sqlite");
+    Migrator::new(old.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO tenants (name, created_at) VALUES ('a', 0)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for id in ["p-decided", "p-open"] {
+        sqlx::query(INSERT_PROPOSAL)
+            .bind(id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    for (state, at) in [("reviewing", 2), ("rejected", 3)] {
+        sqlx::query(MOVE)
+            .bind(state)
+            .bind(at)
+            .bind("p-decided")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query(DECIDE)
+        .bind("p-decided")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let refused = sqlx::query(MOVE)
+        .bind("escalated")
+        .bind(4)
+        .bind("p-open")
+        .execute(&mut conn)
+        .await;
+    assert!(refused.is_err(), "not before 0016: {refused:?}");
+
+    Migrator::new(migrations("sqlite"))
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, state FROM proposals ORDER BY id")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("p-decided".to_owned(), "rejected".to_owned()),
+            ("p-open".to_owned(), "pending".to_owned())
+        ]
+    );
+    let (queued, events): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM queue_entries), (SELECT COUNT(*) FROM events)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((queued, events), (2, 4), "the copy wrote no entry or event");
+    let broken: Vec<(String,)> = sqlx::query_as("SELECT \"table\" FROM pragma_foreign_key_check")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(broken.is_empty(), "{broken:?}");
+    let indexes: Vec<(String,)> = sqlx::query_as(
+        "SELECT name FROM sqlite_master WHERE type IN ('index', 'trigger')
+           AND tbl_name = 'proposals' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let names: Vec<&str> = indexes.iter().map(|(n,)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "proposals_idempotency",
+            "proposals_open",
+            "proposals_operator_rejections",
+            "proposals_radius_state",
+            "proposals_reviewing",
+            "proposals_state_changed",
+            "proposals_submitted",
+            "proposals_target_state",
+        ]
+    );
+
+    for (state, at) in [("reviewing", 5), ("escalated", 6), ("approved", 7)] {
+        sqlx::query(MOVE)
+            .bind(state)
+            .bind(at)
+            .bind("p-open")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let logged: Vec<(String, String)> = sqlx::query_as(EVENTS)
+        .bind("p-open")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        pairs(&logged),
+        [
+            ("SUBMITTED", "pending"),
+            ("REVIEW_STARTED", "reviewing"),
+            ("ESCALATED", "escalated"),
+            ("APPROVED", "approved"),
+        ]
+    );
+    let bogus = sqlx::query(MOVE)
+        .bind("waiting")
+        .bind(8)
+        .bind("p-open")
+        .execute(&mut conn)
+        .await;
+    assert!(bogus.is_err(), "the CHECK still holds: {bogus:?}");
+    let deleted = sqlx::query("DELETE FROM proposals WHERE id = 'p-decided'")
+        .execute(&mut conn)
+        .await;
+    assert!(
+        deleted.is_err(),
+        "the decision still references it: {deleted:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_postgres_proposal_may_be_escalated_and_existing_rows_survive() {
+    let db = TestDatabase::create().await;
+    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
+    let old = before_escalation("postgres");
+    Migrator::new(old.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    // The owner writes like the service does: in the tenant's scope.
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', false)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO tenants (name, created_at) VALUES ('a', 0)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(INSERT_PROPOSAL)
+        .bind("p-open")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let refused = sqlx::query(MOVE)
+        .bind("escalated")
+        .bind(4)
+        .bind("p-open")
+        .execute(&mut conn)
+        .await;
+    assert!(refused.is_err(), "not before 0016: {refused:?}");
+    sqlx::query("SELECT set_config('app.tenant_id', '', false)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    Migrator::new(migrations("postgres"))
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+
+    sqlx::query("SELECT set_config('app.tenant_id', 'a', false)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for (state, at) in [("reviewing", 5), ("escalated", 6), ("cancelled", 7)] {
+        sqlx::query(MOVE)
+            .bind(state)
+            .bind(at)
+            .bind("p-open")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let logged: Vec<(String, String)> = sqlx::query_as(EVENTS)
+        .bind("p-open")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        pairs(&logged),
+        [
+            ("SUBMITTED", "pending"),
+            ("REVIEW_STARTED", "reviewing"),
+            ("ESCALATED", "escalated"),
+            ("CANCELLED", "cancelled"),
+        ]
+    );
+    let bogus = sqlx::query(MOVE)
+        .bind("waiting")
+        .bind(8)
+        .bind("p-open")
+        .execute(&mut conn)
+        .await;
+    assert!(bogus.is_err(), "the CHECK still holds: {bogus:?}");
+}
