@@ -194,7 +194,25 @@ fn target_gate(facts: &ReviewFacts) -> GateResult {
     }
 }
 
-/// Whether two operations' scopes share a target.
+/// Why this proposal's scope cannot be known, if it cannot: a `cluster`
+/// operation reaches every target of its target's cluster, and without a
+/// `cluster` label (or a known target) that set is unknown.
+fn unknown_scope(facts: &ReviewFacts) -> Option<String> {
+    if facts.spec.blast_radius != BlastRadius::Cluster {
+        return None;
+    }
+    match &facts.target {
+        Some(t) if t.cluster().is_some() => None,
+        Some(_) => Some("target has no cluster label: the operation's scope is unknown".to_owned()),
+        None => Some(format!(
+            "target {} is unknown: the operation's scope is unknown",
+            facts.spec.target
+        )),
+    }
+}
+
+/// Whether two operations' scopes share a target. A `cluster` scope whose
+/// cluster is unknown (no label) may reach any target: it overlaps everything.
 pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
     let this_radius = facts.spec.blast_radius;
     if this_radius == BlastRadius::TenantWide || other.blast_radius == BlastRadius::TenantWide {
@@ -204,9 +222,18 @@ pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
         return true;
     }
     let this_cluster = facts.target.as_ref().and_then(|t| t.cluster());
+    let other_cluster = other
+        .target_cluster
+        .as_deref()
+        .filter(|c| !c.trim().is_empty());
+    let this_unknown = this_radius == BlastRadius::Cluster && this_cluster.is_none();
+    let other_unknown = other.blast_radius == BlastRadius::Cluster && other_cluster.is_none();
+    if this_unknown || other_unknown {
+        return true;
+    }
     let either_cluster =
         this_radius == BlastRadius::Cluster || other.blast_radius == BlastRadius::Cluster;
-    match (this_cluster, other.target_cluster.as_deref()) {
+    match (this_cluster, other_cluster) {
         (Some(a), Some(b)) => either_cluster && a == b,
         _ => false,
     }
@@ -230,6 +257,9 @@ pub fn blocks(facts: &ReviewFacts, other: &OtherOperation) -> bool {
 }
 
 fn parallel_gate(facts: &ReviewFacts) -> GateResult {
+    if let Some(why) = unknown_scope(facts) {
+        return gate(NO_PARALLEL_OPERATION, false, why);
+    }
     let mut blocking: Vec<&OtherOperation> =
         facts.others.iter().filter(|o| blocks(facts, o)).collect();
     blocking.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));

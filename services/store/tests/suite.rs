@@ -403,6 +403,54 @@ pub async fn review_facts_find_exactly_the_overlapping_earlier_operations(store:
     }
 }
 
+pub async fn an_operation_whose_cluster_is_unknown_overlaps_every_later_one(store: DynStore) {
+    use countersign_domain::gates::{self, NO_PARALLEL_OPERATION};
+    store.create_tenant("a").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    store
+        .put_target(
+            "a",
+            "n9",
+            countersign_domain::TargetStatus::Online,
+            [("env".to_owned(), "production".to_owned())].into(),
+        )
+        .await
+        .unwrap();
+    put_online(&store, "a", "n8", " ").await;
+    let unknown = propose(&store, "a", "n9", BlastRadius::Cluster).await;
+    let blank = propose(&store, "a", "n8", BlastRadius::Cluster).await;
+    let gate = |facts: &gates::ReviewFacts| {
+        gates::evaluate(facts)
+            .gates
+            .into_iter()
+            .find(|g| g.gate == NO_PARALLEL_OPERATION)
+            .unwrap()
+    };
+
+    // Its own scope is unknown: its gate fails, whatever else is open.
+    for p in [&unknown, &blank] {
+        let own = gate(&store.review_facts(p).await.unwrap());
+        assert!(!own.passed);
+        assert_eq!(
+            own.detail,
+            "target has no cluster label: the operation's scope is unknown"
+        );
+    }
+
+    // Open and earlier, it may reach any target: a later operation elsewhere
+    // finds it among its facts and waits for it.
+    let later = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let facts = store.review_facts(&later).await.unwrap();
+    assert_eq!(ids(&facts), [unknown.id.clone(), blank.id.clone()].into());
+    let blocked = gate(&facts);
+    assert!(!blocked.passed);
+    assert!(
+        blocked.detail.contains(&format!("wait for {}", unknown.id)),
+        "{}",
+        blocked.detail
+    );
+}
+
 pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     put_online(&store, "a", "n1", "c1").await;
@@ -1270,6 +1318,7 @@ macro_rules! every_store_test {
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
             review_facts_find_exactly_the_overlapping_earlier_operations,
+            an_operation_whose_cluster_is_unknown_overlaps_every_later_one,
             an_approval_blocks_overlapping_operations_for_the_window,
             an_approval_whose_sop_was_retired_before_commit_is_stale,
             events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,

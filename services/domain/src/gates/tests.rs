@@ -301,6 +301,68 @@ fn scope_follows_the_blast_radius() {
 }
 
 #[test]
+fn a_cluster_operation_whose_cluster_is_unknown_fails_no_parallel_operation() {
+    let unlabelled = |labels: BTreeMap<String, String>| {
+        let mut f = facts();
+        f.spec.blast_radius = BlastRadius::Cluster;
+        f.target.as_mut().unwrap().labels = labels;
+        f
+    };
+    for f in [
+        unlabelled(labels(&[("env", "production")])),
+        unlabelled(labels(&[("env", "production"), ("cluster", " ")])),
+    ] {
+        let v = evaluate(&f);
+        assert_eq!(v.missing_gates(), [NO_PARALLEL_OPERATION], "{v:#?}");
+        assert_eq!(
+            result(&v, NO_PARALLEL_OPERATION).detail,
+            "target has no cluster label: the operation's scope is unknown"
+        );
+    }
+    let mut unknown = facts();
+    unknown.spec.blast_radius = BlastRadius::Cluster;
+    unknown.target = None;
+    let v = evaluate(&unknown);
+    assert!(!result(&v, NO_PARALLEL_OPERATION).passed);
+    assert_eq!(
+        result(&v, NO_PARALLEL_OPERATION).detail,
+        "target node-01 is unknown: the operation's scope is unknown"
+    );
+    // A single device's scope is its target, label or not.
+    let mut device = unlabelled(labels(&[("env", "production")]));
+    device.spec.blast_radius = BlastRadius::SingleDevice;
+    assert!(evaluate(&device).approves());
+}
+
+#[test]
+fn another_cluster_operation_whose_cluster_is_unknown_overlaps_everything() {
+    let mut f = facts();
+    let mut unlabelled = other(
+        "P1",
+        "node-77",
+        "",
+        BlastRadius::Cluster,
+        ProposalState::Pending,
+    );
+    unlabelled.target_cluster = None;
+    f.others = vec![unlabelled.clone()];
+    let v = evaluate(&f);
+    assert_eq!(v.missing_gates(), [NO_PARALLEL_OPERATION]);
+    assert!(
+        result(&v, NO_PARALLEL_OPERATION)
+            .detail
+            .contains("wait for P1")
+    );
+    // Blank is no label either; a single device elsewhere does not overlap.
+    unlabelled.target_cluster = Some(" ".into());
+    f.others = vec![unlabelled.clone()];
+    assert!(!evaluate(&f).approves());
+    unlabelled.blast_radius = BlastRadius::SingleDevice;
+    f.others = vec![unlabelled];
+    assert!(evaluate(&f).approves());
+}
+
+#[test]
 fn a_proposals_own_rollback_plan_counts_only_for_single_device() {
     let mut f = facts();
     f.sops[0].rollback_path.clear();
