@@ -234,6 +234,7 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
                 spec,
                 submitted_by: "bulk".into(),
                 trace_parent: None,
+                submitted_key: None,
             })
             .await
             .unwrap();

@@ -63,7 +63,19 @@ pub trait Store: Send + Sync + 'static {
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome>;
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>>;
     /// PENDING or REVIEWING becomes CANCELLED; terminal is `FailedPrecondition`.
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal>;
+    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
+        self.cancel_proposal_by(tenant, id, reason, None).await
+    }
+    /// [`Store::cancel_proposal`], limited to what `key` submitted if given:
+    /// a proposal another key submitted (or none recorded) is then
+    /// `PermissionDenied`, whatever its state.
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal>;
 
     /// Creates or replaces an SOP; each put bumps its version.
     async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop>;

@@ -92,6 +92,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             spec: spec(),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap()

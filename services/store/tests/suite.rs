@@ -33,6 +33,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         spec: spec(key),
         submitted_by: "tester".into(),
         trace_parent: None,
+        submitted_key: None,
     }
 }
 
@@ -262,6 +263,79 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
         store.cancel_proposal("a", &id, "again").await,
         Err(StoreError::FailedPrecondition(_))
     ));
+}
+
+pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let submit = |key: Option<&str>| {
+        let mut new = new_proposal("a", "");
+        new.submitted_key = key.map(str::to_owned);
+        let store = store.clone();
+        async move {
+            store
+                .insert_proposal(new)
+                .await
+                .unwrap()
+                .proposal()
+                .id
+                .clone()
+        }
+    };
+    let mine = submit(Some("k1")).await;
+    let state = |id: String| {
+        let store = store.clone();
+        async move { store.get_proposal("a", &id).await.unwrap().unwrap().state }
+    };
+
+    let denied = store.cancel_proposal_by("a", &mine, "no", Some("k2")).await;
+    match denied {
+        Err(StoreError::PermissionDenied(message)) => {
+            assert!(message.contains("another key"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state(mine.clone()).await, ProposalState::Pending);
+    let cancelled = store
+        .cancel_proposal_by("a", &mine, "mine", Some("k1"))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.state, ProposalState::Cancelled);
+    // Once terminal: the owner hears it is too late, another key still may not.
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &mine, "again", Some("k1"))
+            .await,
+        Err(StoreError::FailedPrecondition(_))
+    ));
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &mine, "again", Some("k2"))
+            .await,
+        Err(StoreError::PermissionDenied(_))
+    ));
+
+    // No key recorded: only a cancel for anyone's may.
+    let unowned = submit(None).await;
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &unowned, "no", Some("k1"))
+            .await,
+        Err(StoreError::PermissionDenied(_))
+    ));
+    store
+        .cancel_proposal_by("a", &unowned, "anyone's", None)
+        .await
+        .unwrap();
+
+    let other = submit(Some("k1")).await;
+    for (tenant, id) in [("b", other.as_str()), ("a", "01NOSUCHPROPOSAL")] {
+        assert!(matches!(
+            store.cancel_proposal_by(tenant, id, "no", Some("k1")).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+    assert_eq!(state(other).await, ProposalState::Pending);
 }
 
 pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was(
@@ -1317,6 +1391,7 @@ macro_rules! every_store_test {
             an_idempotency_key_returns_the_same_proposal_or_conflicts,
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
+            a_key_cancels_only_what_it_submitted,
             review_facts_find_exactly_the_overlapping_earlier_operations,
             an_operation_whose_cluster_is_unknown_overlaps_every_later_one,
             an_approval_blocks_overlapping_operations_for_the_window,

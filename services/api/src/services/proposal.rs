@@ -111,6 +111,7 @@ impl ProposalService for ProposalApi {
                 tenant: caller.tenant.name.clone(),
                 spec,
                 submitted_by: caller.principal.name.clone(),
+                submitted_key: Some(caller.principal.key_id.clone()),
                 // The review continues this call's trace.
                 trace_parent: trace_context::current_traceparent(),
             })
@@ -160,9 +161,13 @@ impl ProposalService for ProposalApi {
                 "reason: must be at most {MAX_CANCEL_REASON} bytes"
             )));
         }
+        // A coordinator cancels what its own key submitted; on-call and admin
+        // any proposal of the tenant.
+        let only_key = (!caller.principal.may(Permission::CancelAnyProposal))
+            .then_some(caller.principal.key_id.as_str());
         let proposal = self
             .store
-            .cancel_proposal(&caller.tenant.name, &id, &reason)
+            .cancel_proposal_by(&caller.tenant.name, &id, &reason, only_key)
             .await
             .map_err(|e| match e {
                 countersign_store::StoreError::NotFound(_) => not_found(&id),

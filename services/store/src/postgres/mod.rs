@@ -205,8 +205,14 @@ impl Store for PostgresStore {
         proposals::get(&self.pool, tenant, id).await
     }
 
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(&self.pool, tenant, id, reason).await?;
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (proposal, event) = proposals::cancel(&self.pool, tenant, id, reason, key).await?;
         self.publish(event);
         Ok(proposal)
     }

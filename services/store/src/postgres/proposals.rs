@@ -110,8 +110,8 @@ pub async fn insert(
     let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13)
+             trace_parent, submitted_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13, $14)
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&row.id)
@@ -127,6 +127,7 @@ pub async fn insert(
     .bind(&new.submitted_by)
     .bind(now)
     .bind(&new.trace_parent)
+    .bind(&new.submitted_key)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
@@ -167,16 +168,20 @@ pub async fn cancel(
     tenant: &str,
     id: &str,
     reason: &str,
+    key: Option<&str>,
 ) -> Result<(Proposal, StoreEvent)> {
     let mut tx = scope::tenant(pool, tenant).await?;
     let row = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
-         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing') RETURNING *",
+         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing')
+           AND ($5::text IS NULL OR submitted_key = $5)
+         RETURNING *",
     )
     .bind(reason)
     .bind(now_ms())
     .bind(tenant)
     .bind(id)
+    .bind(key)
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(row) = row {
@@ -187,11 +192,19 @@ pub async fn cancel(
             StoreEvent::changed_to(tenant, id, ProposalState::Cancelled),
         ));
     }
-    match fetch(&mut tx, tenant, id).await? {
-        None => Err(StoreError::NotFound(format!("proposal `{id}`"))),
-        Some(current) => Err(StoreError::FailedPrecondition(format!(
-            "proposal {id} is already {} and can no longer be cancelled",
-            current.state
-        ))),
-    }
+    let current: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT state, submitted_key FROM proposals WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((state, submitted_key)) = current else {
+        return Err(StoreError::NotFound(format!("proposal `{id}`")));
+    };
+    Err(crate::types::not_cancelled(
+        id,
+        &state,
+        submitted_key.as_deref(),
+        key,
+    ))
 }

@@ -169,8 +169,15 @@ impl Store for SqliteStore {
         proposals::get(&self.reader, tenant, id).await
     }
 
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(self.writer.pool(), tenant, id, reason).await?;
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (proposal, event) =
+            proposals::cancel(self.writer.pool(), tenant, id, reason, key).await?;
         self.publish(Some(event));
         Ok(proposal)
     }
