@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::{
     Millis,
     decision::GateResult,
@@ -28,6 +30,53 @@ pub const GATES: [&str; 5] = [
     BLAST_RADIUS,
 ];
 
+/// What the gates see of a proposal's spec: every field any gate reads, and
+/// nothing else. [`ReviewFacts`] carries this, not the spec, so a gate cannot
+/// read a field that is not here; the suppression fingerprint hashes all of it
+/// (`suppression::fingerprint`), so whatever the gates read, the fingerprint
+/// covers. The spec's free text (reason, context summary, incident id,
+/// labels, operator, idempotency key) and its class are not here: no gate
+/// reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateSpec {
+    pub action: String,
+    pub target: String,
+    #[serde(with = "crate::proposal::by_name::blast_radius")]
+    pub blast_radius: BlastRadius,
+    /// Trimmed: whitespace around a plan changes nothing a gate decides.
+    pub rollback_plan: String,
+    pub force_approve_no_sop: bool,
+}
+
+impl From<&ProposalSpec> for GateSpec {
+    fn from(spec: &ProposalSpec) -> Self {
+        // Every field is named, so a field added to the spec must be sorted
+        // here: read by the gates (and so fingerprinted), or not.
+        let ProposalSpec {
+            action,
+            class: _,
+            target,
+            parameters: _,
+            reason: _,
+            blast_radius,
+            operator: _,
+            context_summary: _,
+            incident_id: _,
+            labels: _,
+            rollback_plan,
+            force_approve_no_sop,
+            idempotency_key: _,
+        } = spec;
+        GateSpec {
+            action: action.clone(),
+            target: target.clone(),
+            blast_radius: *blast_radius,
+            rollback_plan: rollback_plan.trim().to_owned(),
+            force_approve_no_sop: *force_approve_no_sop,
+        }
+    }
+}
+
 /// Another operation of the same tenant that might overlap this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtherOperation {
@@ -47,7 +96,8 @@ pub struct OtherOperation {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewFacts {
     pub proposal_id: String,
-    pub spec: ProposalSpec,
+    /// The gates' view of the proposal's spec (all they may read of it).
+    pub spec: GateSpec,
     pub created_at: Millis,
     pub policy: TenantPolicy,
     /// The tenant's SOPs for the action (retired ones are ignored here too).

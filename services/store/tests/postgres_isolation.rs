@@ -109,7 +109,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
         sop: None,
         rollback_path: None,
     };
-    let decision = countersign_domain::review::decide(&verdict, &p.spec, stamp);
+    let decision = countersign_domain::review::decide(&verdict, &(&p.spec).into(), stamp);
     store
         .record_decision(tenant, &p.id, decision.clone())
         .await

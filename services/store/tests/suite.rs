@@ -338,6 +338,60 @@ pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
     assert_eq!(state(other).await, ProposalState::Pending);
 }
 
+pub async fn an_idempotency_key_is_found_before_any_insert(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    assert!(
+        store
+            .find_idempotent("a", &spec(""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .find_idempotent("a", &spec("k"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let first = store.insert_proposal(new_proposal("a", "k")).await.unwrap();
+    let first = first.proposal().clone();
+
+    let found = store.find_idempotent("a", &spec("k")).await.unwrap();
+    assert_eq!(found.map(|p| p.id), Some(first.id.clone()));
+    let mut reworded = spec("k");
+    reworded.reason = "reworded".into();
+    match store.find_idempotent("a", &reworded).await {
+        Err(StoreError::AlreadyExists(message)) => {
+            assert!(message.contains(&first.id), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        store
+            .find_idempotent("b", &spec("k"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A decided proposal comes with its decision, as Submit would answer it.
+    store.begin_review("a", &first.id, "w").await.unwrap();
+    let rejection = support::rejection(&first.spec, "target_state");
+    store
+        .record_decision("a", &first.id, rejection)
+        .await
+        .unwrap();
+    let found = store
+        .find_idempotent("a", &spec("k"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.state, ProposalState::Rejected);
+    assert!(found.decision.is_some());
+}
+
 pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was(
     store: DynStore,
 ) {
@@ -547,7 +601,7 @@ pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: Dyn
         decided_at: 0,
         latency_ms: 0,
     };
-    let mut decision = countersign_domain::review::decide(&verdict, &first.spec, stamp);
+    let mut decision = countersign_domain::review::decide(&verdict, &(&first.spec).into(), stamp);
     decision.decided_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -613,7 +667,7 @@ pub async fn an_approval_whose_sop_was_retired_before_commit_is_stale(store: Dyn
         decided_at: 1,
         latency_ms: 0,
     };
-    let decision = countersign_domain::review::decide(&verdict, &proposal.spec, stamp);
+    let decision = countersign_domain::review::decide(&verdict, &(&proposal.spec).into(), stamp);
     let outcome = store.record_decision("a", &p.id, decision).await.unwrap();
     assert!(
         matches!(outcome, countersign_store::RecordOutcome::Stale(ref why) if why.contains("retired")),
@@ -1392,6 +1446,7 @@ macro_rules! every_store_test {
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
             a_key_cancels_only_what_it_submitted,
+            an_idempotency_key_is_found_before_any_insert,
             review_facts_find_exactly_the_overlapping_earlier_operations,
             an_operation_whose_cluster_is_unknown_overlaps_every_later_one,
             an_approval_blocks_overlapping_operations_for_the_window,

@@ -61,6 +61,20 @@ fn suppressed(entry: &Entry, caller: &Caller) -> Response<SubmitResponse> {
     })
 }
 
+/// The answer to a submission whose idempotency key names `earlier`, with
+/// the same spec.
+fn deduplicated(
+    earlier: &countersign_domain::Proposal,
+    caller: &Caller,
+) -> Response<SubmitResponse> {
+    tracing::info!(proposal = %earlier.id, deduplicated = true, "proposal accepted");
+    Response::new(SubmitResponse {
+        proposal: Some(proposal_to_proto(earlier, caller.principal.agent)),
+        deduplicated: true,
+        suppressed: false,
+    })
+}
+
 fn not_found(id: &str) -> Status {
     Status::not_found(format!("proposal `{id}` not found"))
 }
@@ -79,31 +93,47 @@ impl ProposalService for ProposalApi {
         let spec = spec_from_proto(wire).map_err(|e| to_status(&e))?;
         validate_spec(&spec).map_err(|e| to_status(&e))?;
         let tenant = &caller.tenant;
-        match self
+        let refusal = match self
             .suppression
             .check(&tenant.name, &tenant.policy, &spec, now_ms())
         {
-            None => {}
-            Some(Refusal::BreakerOpen { window }) => {
-                let whose = if spec.operator.is_empty() {
-                    "without an operator".to_owned()
-                } else {
-                    format!("from operator `{}`", spec.operator)
-                };
-                return Err(Status::failed_precondition(format!(
-                    "too many rejected proposals {whose}; a human must look \
-                     (the breaker closes {} after the last of them, or when an admin resets it)",
-                    humantime::format_duration(window)
-                )));
+            Some(refusal) => Some(refusal),
+            None => self
+                .suppression
+                .check_shared(&tenant.name, &spec, now_ms())
+                .await
+                .map(Refusal::Suppressed),
+        };
+        if let Some(refusal) = refusal {
+            // The idempotency key comes first, as the insert would honour it:
+            // the same spec is the earlier proposal, another is ALREADY_EXISTS.
+            let earlier = self
+                .store
+                .find_idempotent(&tenant.name, &spec)
+                .await
+                .map_err(|e| to_status(&e))?;
+            if let Some(earlier) = earlier {
+                tracing::Span::current().record("proposal_id", earlier.id.as_str());
+                return Ok(deduplicated(&earlier, &caller));
             }
-            Some(Refusal::Suppressed(entry)) => return Ok(suppressed(&entry, &caller)),
-        }
-        if let Some(entry) = self
-            .suppression
-            .check_shared(&tenant.name, &spec, now_ms())
-            .await
-        {
-            return Ok(suppressed(&entry, &caller));
+            match refusal {
+                Refusal::BreakerOpen { window } => {
+                    let whose = if spec.operator.is_empty() {
+                        "without an operator".to_owned()
+                    } else {
+                        format!("from operator `{}`", spec.operator)
+                    };
+                    return Err(Status::failed_precondition(format!(
+                        "too many rejected proposals {whose}; a human must look \
+                         (the breaker closes {} after the last of them, or when an admin resets it)",
+                        humantime::format_duration(window)
+                    )));
+                }
+                Refusal::Suppressed(entry) => {
+                    self.suppression.count_retry(&tenant.name, &entry);
+                    return Ok(suppressed(&entry, &caller));
+                }
+            }
         }
         let outcome = self
             .store

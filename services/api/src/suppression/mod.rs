@@ -2,8 +2,9 @@
 //!
 //! Rejections reach [`Suppression`] through the fan-out (so it sees what any
 //! reviewer decided, in this process or another). A Submit whose fingerprint
-//! matches a cached rejection is answered at once with the earlier proposal;
-//! the retry is counted in memory and written in batches. An operator with too
+//! matches a cached rejection is answered at once with the earlier proposal
+//! (after its idempotency key, if any, is honoured: the service's part); the
+//! retry is counted in memory and written in batches. An operator with too
 //! many recent rejections is refused until the window passes or an admin
 //! resets the breaker.
 
@@ -125,7 +126,8 @@ impl Suppression {
         self
     }
 
-    /// Decides whether `spec` from this tenant is answered without review.
+    /// Decides whether `spec` from this tenant is answered without review. A
+    /// suppressed answer is counted once given ([`Suppression::count_retry`]).
     pub fn check(
         &self,
         tenant: &str,
@@ -150,7 +152,6 @@ impl Suppression {
             self.tier.remove(&key);
             return None;
         }
-        self.count_retry(tenant, &entry);
         Some(Refusal::Suppressed(entry))
     }
 
@@ -191,11 +192,11 @@ impl Suppression {
             return None;
         }
         self.tier.put(key, entry.clone());
-        self.count_retry(tenant, &entry);
         Some(entry)
     }
 
-    fn count_retry(&self, tenant: &str, entry: &Entry) {
+    /// Counts a retry answered with `entry`.
+    pub fn count_retry(&self, tenant: &str, entry: &Entry) {
         add_retries(
             &mut self.retries.lock().expect("retries"),
             tenant,

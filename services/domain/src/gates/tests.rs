@@ -46,20 +46,12 @@ fn target(id: &str, status: TargetStatus, cluster: &str) -> Target {
 fn facts() -> ReviewFacts {
     ReviewFacts {
         proposal_id: "P5".into(),
-        spec: ProposalSpec {
+        spec: GateSpec {
             action: "host_restart_service".into(),
-            class: OperationClass::Write,
             target: "node-01".into(),
-            parameters: Default::default(),
-            reason: "OOM".into(),
             blast_radius: BlastRadius::SingleDevice,
-            operator: "alice".into(),
-            context_summary: String::new(),
-            incident_id: String::new(),
-            labels: BTreeMap::new(),
             rollback_plan: String::new(),
             force_approve_no_sop: false,
-            idempotency_key: String::new(),
         },
         created_at: NOW - 1000,
         policy: TenantPolicy::default(),
@@ -360,6 +352,35 @@ fn another_cluster_operation_whose_cluster_is_unknown_overlaps_everything() {
     unlabelled.blast_radius = BlastRadius::SingleDevice;
     f.others = vec![unlabelled];
     assert!(evaluate(&f).approves());
+}
+
+#[test]
+fn the_gates_view_of_a_spec_is_the_fields_they_read() {
+    let spec = ProposalSpec {
+        action: "host_restart_service".into(),
+        class: OperationClass::Destructive,
+        target: "node-01".into(),
+        parameters: Default::default(),
+        reason: "OOM".into(),
+        blast_radius: BlastRadius::Cluster,
+        operator: "alice".into(),
+        context_summary: "summary".into(),
+        incident_id: "INC-1".into(),
+        labels: labels(&[("team", "web")]),
+        rollback_plan: "  reboot node-01\n".into(),
+        force_approve_no_sop: true,
+        idempotency_key: "k".into(),
+    };
+    assert_eq!(
+        GateSpec::from(&spec),
+        GateSpec {
+            action: "host_restart_service".into(),
+            target: "node-01".into(),
+            blast_radius: BlastRadius::Cluster,
+            rollback_plan: "reboot node-01".into(),
+            force_approve_no_sop: true,
+        }
+    );
 }
 
 #[test]

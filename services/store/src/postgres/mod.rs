@@ -32,7 +32,7 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus,
+    Decision, Event, EventHorizon, Millis, Proposal, ProposalSpec, Sop, Target, TargetStatus,
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
@@ -203,6 +203,10 @@ impl Store for PostgresStore {
 
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
         proposals::get(&self.pool, tenant, id).await
+    }
+
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        proposals::find_idempotent(&self.pool, tenant, spec).await
     }
 
     async fn cancel_proposal_by(

@@ -1,4 +1,4 @@
-use countersign_domain::{Proposal, ProposalState};
+use countersign_domain::{Proposal, ProposalSpec, ProposalState};
 use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
 
 use super::{review, scope};
@@ -158,6 +158,39 @@ pub async fn insert_one(
 pub async fn get(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let mut tx = scope::tenant(pool, tenant).await?;
     let proposal = fetch(&mut tx, tenant, id).await?;
+    tx.commit().await?;
+    Ok(proposal)
+}
+
+/// The earlier proposal holding `spec`'s idempotency key (see
+/// `Store::find_idempotent`).
+#[tracing::instrument(name = "store.postgres.find_idempotent", skip(pool, spec))]
+pub async fn find_idempotent(
+    pool: &PgPool,
+    tenant: &str,
+    spec: &ProposalSpec,
+) -> Result<Option<Proposal>> {
+    if spec.idempotency_key.is_empty() {
+        return Ok(None);
+    }
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let earlier: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
+    )
+    .bind(tenant)
+    .bind(&spec.idempotency_key)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    crate::types::same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    let proposal = fetch(&mut tx, tenant, &earlier_id).await?;
     tx.commit().await?;
     Ok(proposal)
 }

@@ -19,7 +19,7 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus,
+    Decision, Event, EventHorizon, Millis, Proposal, ProposalSpec, Sop, Target, TargetStatus,
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
@@ -167,6 +167,10 @@ impl Store for SqliteStore {
 
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
         proposals::get(&self.reader, tenant, id).await
+    }
+
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        proposals::find_idempotent(&self.reader, tenant, spec).await
     }
 
     async fn cancel_proposal_by(

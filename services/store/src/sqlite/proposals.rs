@@ -1,6 +1,6 @@
 use std::collections::HashSet;
 
-use countersign_domain::{Millis, Proposal, ProposalState};
+use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{events, review};
@@ -197,6 +197,37 @@ fn insert_one(conn: &rusqlite::Connection, new: NewProposal, id: String, now: Mi
 pub async fn get(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let mut conn = pool.acquire().await?;
     fetch(&mut conn, tenant, id).await
+}
+
+/// The earlier proposal holding `spec`'s idempotency key (see
+/// `Store::find_idempotent`).
+#[tracing::instrument(name = "store.sqlite.find_idempotent", skip(pool, spec))]
+pub async fn find_idempotent(
+    pool: &SqlitePool,
+    tenant: &str,
+    spec: &ProposalSpec,
+) -> Result<Option<Proposal>> {
+    if spec.idempotency_key.is_empty() {
+        return Ok(None);
+    }
+    let mut conn = pool.acquire().await?;
+    let earlier: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
+    )
+    .bind(tenant)
+    .bind(&spec.idempotency_key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    crate::types::same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    fetch(&mut conn, tenant, &earlier_id).await
 }
 
 #[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(pool, reason))]
