@@ -217,6 +217,29 @@ async fn a_rejection_without_an_sop_does_not_answer_the_call_that_forces_one() {
 }
 
 #[tokio::test]
+async fn a_suppressed_answer_is_the_earlier_proposal_with_the_retrys_parameters() {
+    let app = app_with(|_| {}).await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut spec = doomed();
+    spec.context_summary = "c".repeat(16 * 1024);
+    let first = rejected(&app, &key, spec.clone()).await;
+    spec.reason = "the same call, reworded".into();
+    let r = app.submit(&key, spec.clone()).await.unwrap();
+    assert!(r.suppressed);
+    let p = earlier(&r);
+    assert_eq!(p.id, first);
+    let answered = p.spec.clone().unwrap();
+    assert_eq!(answered.parameters, spec.parameters);
+    assert_eq!(answered.reason, doomed().reason, "the earlier proposal's");
+    assert!(
+        answered.context_summary.is_empty(),
+        "not kept: GetProposal has it"
+    );
+    let whole = app.get(&key, &first).await.unwrap().spec.unwrap();
+    assert_eq!(whole.context_summary.len(), 16 * 1024);
+}
+
+#[tokio::test]
 async fn an_entry_expires_after_its_ttl() {
     let ttl = Duration::from_millis(600);
     let app = app_with(|c| c.suppression.ttl = ttl).await;

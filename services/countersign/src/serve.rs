@@ -53,6 +53,7 @@ fn api_config(config: &Config) -> anyhow::Result<ApiConfig> {
         },
         suppression: SuppressionConfig {
             capacity: config.suppression.capacity,
+            max_bytes: config.suppression.max_bytes,
             ttl: config.suppression.ttl,
             ..SuppressionConfig::default()
         },

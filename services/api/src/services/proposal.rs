@@ -1,6 +1,6 @@
 //! `countersign.v1.ProposalService`.
 
-use countersign_domain::{Permission, validate_spec};
+use countersign_domain::{Permission, ProposalSpec, validate_spec};
 use countersign_proto::{
     convert::{proposal_to_proto, spec_from_proto},
     to_status,
@@ -52,10 +52,13 @@ impl ProposalApi {
 }
 
 /// The answer to an identical retry of a cached rejection.
-fn suppressed(entry: &Entry, caller: &Caller) -> Response<SubmitResponse> {
+fn suppressed(entry: &Entry, retry: ProposalSpec, caller: &Caller) -> Response<SubmitResponse> {
     tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
     Response::new(SubmitResponse {
-        proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
+        proposal: Some(proposal_to_proto(
+            &entry.answer(retry),
+            caller.principal.agent,
+        )),
         deduplicated: false,
         suppressed: true,
     })
@@ -131,7 +134,7 @@ impl ProposalService for ProposalApi {
                 }
                 Refusal::Suppressed(entry) => {
                     self.suppression.count_retry(&tenant.name, &entry);
-                    return Ok(suppressed(&entry, &caller));
+                    return Ok(suppressed(&entry, spec, &caller));
                 }
             }
         }
