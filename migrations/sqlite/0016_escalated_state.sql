@@ -32,18 +32,21 @@ CREATE TABLE proposals (
     suppressed_retries  INTEGER NOT NULL DEFAULT 0,
     review_started_at   INTEGER,
     decided_at          INTEGER,
-    trace_parent        TEXT
+    trace_parent        TEXT,
+    submitted_key       TEXT
 );
 
 -- Copied before the triggers exist: no queue entry or event is written twice.
 INSERT INTO proposals (
     id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-    cancel_reason, suppressed_retries, review_started_at, decided_at, trace_parent)
+    cancel_reason, suppressed_retries, review_started_at, decided_at, trace_parent,
+    submitted_key)
 SELECT
     id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-    cancel_reason, suppressed_retries, review_started_at, decided_at, trace_parent
+    cancel_reason, suppressed_retries, review_started_at, decided_at, trace_parent,
+    submitted_key
 FROM proposals_0016;
 DROP TABLE proposals_0016;
 

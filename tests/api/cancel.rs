@@ -53,3 +53,28 @@ async fn cancel_needs_an_id_and_a_bounded_reason() {
         ProposalState::Pending as i32
     );
 }
+
+#[tokio::test]
+async fn a_coordinator_cancels_only_what_its_own_key_submitted() {
+    let app = TestApp::spawn().await;
+    // Two coordinator keys with the same label: ownership is by key.
+    let mine = app.key("acme", Role::Coordinator).await;
+    let theirs = app.key("acme", Role::Coordinator).await;
+    let id = app.submit_id(&mine, valid_spec()).await;
+
+    let denied = assert_code(app.cancel(&theirs, &id).await, Code::PermissionDenied);
+    assert!(
+        denied
+            .message()
+            .contains("a coordinator may cancel only the proposals its own key submitted"),
+        "{denied:?}"
+    );
+    assert_eq!(
+        app.get(&theirs, &id).await.unwrap().state,
+        ProposalState::Pending as i32,
+        "visible to it, and unchanged"
+    );
+    let cancelled = app.cancel(&mine, &id).await.unwrap();
+    assert_eq!(cancelled.state, ProposalState::Cancelled as i32);
+    assert_code(app.cancel(&theirs, &id).await, Code::PermissionDenied);
+}

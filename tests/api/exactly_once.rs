@@ -142,7 +142,7 @@ async fn a_cancel_that_wins_the_race_discards_the_late_result() {
         decided_at: started_at + 5,
         latency_ms: 5,
     };
-    let late = review::decide(&verdict, &proposal.spec, stamp);
+    let late = review::decide(&verdict, &(&proposal.spec).into(), stamp);
     let outcome = app.store.record_decision("acme", &id, late).await.unwrap();
     assert!(matches!(
         outcome,
@@ -234,6 +234,7 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
                 spec,
                 submitted_by: "bulk".into(),
                 trace_parent: None,
+                submitted_key: None,
             })
             .await
             .unwrap();

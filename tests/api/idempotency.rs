@@ -43,3 +43,30 @@ async fn without_a_key_every_submission_is_a_new_proposal() {
     assert!(!a.deduplicated && !b.deduplicated);
     assert_ne!(a.proposal.unwrap().id, b.proposal.unwrap().id);
 }
+
+#[tokio::test]
+async fn a_key_is_honoured_before_a_cached_rejection_answers() {
+    let app = crate::suppression::app_with(|_| {}).await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut spec = crate::suppression::doomed();
+    spec.idempotency_key = "restart-nginx-inc-9".into();
+    // Rejected, and cached: the same call without the key is suppressed.
+    let first = crate::suppression::rejected(&app, &key, spec.clone()).await;
+
+    // The key with another spec (the same call to the cache): a conflict.
+    let mut reworded = spec.clone();
+    reworded.reason = "reworded, with the same key".into();
+    let status = assert_code(app.submit(&key, reworded).await, Code::AlreadyExists);
+    assert!(status.message().contains("idempotency_key"), "{status:?}");
+    assert!(status.message().contains(&first), "{status:?}");
+
+    // The key with its own spec: that proposal, deduplicated, not suppressed.
+    let again = app.submit(&key, spec).await.unwrap();
+    assert!(again.deduplicated && !again.suppressed, "{again:?}");
+    let p = again.proposal.unwrap();
+    assert_eq!(p.id, first);
+    assert_eq!(
+        p.state,
+        countersign_proto::v1::ProposalState::Rejected as i32
+    );
+}

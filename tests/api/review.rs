@@ -67,7 +67,13 @@ async fn a_rejection_lists_every_missing_gate_with_its_reason() {
     let d = p.decision.unwrap();
     assert_eq!(
         d.missing_gates,
-        ["sop", "target_state", "rollback", "blast_radius"]
+        [
+            "sop",
+            "target_state",
+            "no_parallel_operation",
+            "rollback",
+            "blast_radius"
+        ]
     );
     assert!(
         d.reason.contains("no SOP for action host_restart_service"),
@@ -206,4 +212,59 @@ async fn force_approve_no_sop_needs_the_tenants_permission() {
         d.gates[0]
     );
     assert_eq!(d.rollback_path, "systemctl start nginx");
+}
+
+#[tokio::test]
+async fn a_cluster_proposal_on_a_target_without_a_cluster_label_fails_no_parallel_operation() {
+    let app = TestApp::spawn_reviewing(2).await;
+    app.seed_reference("acme").await;
+    app.store
+        .put_sop(
+            "acme",
+            countersign_domain::reference::SopInput {
+                id: "SOP-020".into(),
+                action: "drain_node".into(),
+                title: "Drain a node".into(),
+                covers: "a node to be taken out".into(),
+                rollback_path: "uncordon the node".into(),
+                max_blast_radius: countersign_domain::BlastRadius::Cluster,
+                selector: [("env".to_owned(), "production".to_owned())].into(),
+            },
+        )
+        .await
+        .unwrap();
+    app.store
+        .put_target(
+            "acme",
+            "node-05",
+            countersign_domain::TargetStatus::Online,
+            [("env".to_owned(), "production".to_owned())].into(),
+        )
+        .await
+        .unwrap();
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut spec = valid_spec();
+    spec.action = "drain_node".into();
+    spec.target = "node-05".into();
+    spec.blast_radius = v1::BlastRadius::Cluster as i32;
+    let id = app.submit_id(&key, spec.clone()).await;
+    let p = app.await_decision(&key, &id, WAIT).await.unwrap();
+    assert_eq!(p.state, ProposalState::Rejected as i32, "{:?}", p.decision);
+    let d = p.decision.unwrap();
+    assert_eq!(d.missing_gates, ["no_parallel_operation"]);
+    let gate = d
+        .gates
+        .iter()
+        .find(|g| g.gate == "no_parallel_operation")
+        .unwrap();
+    assert_eq!(
+        gate.detail,
+        "target has no cluster label: the operation's scope is unknown"
+    );
+
+    // The same on a target in a cluster is approved.
+    spec.target = "node-03".into();
+    let id = app.submit_id(&key, spec).await;
+    let p = app.await_decision(&key, &id, WAIT).await.unwrap();
+    assert_eq!(p.state, ProposalState::Approved as i32, "{:?}", p.decision);
 }

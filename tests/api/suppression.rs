@@ -15,7 +15,7 @@ use crate::helpers::{Options, TestApp, assert_code, test_reviewers, valid_spec};
 const WAIT: Duration = Duration::from_secs(15);
 
 /// Reviewing, with a fast flush of counted retries and breaker resets.
-async fn app_with(configure: impl FnOnce(&mut countersign_api::ApiConfig)) -> TestApp {
+pub(crate) async fn app_with(configure: impl FnOnce(&mut countersign_api::ApiConfig)) -> TestApp {
     let app = TestApp::start(
         Options {
             reviewers: Some(test_reviewers(2)),
@@ -32,7 +32,7 @@ async fn app_with(configure: impl FnOnce(&mut countersign_api::ApiConfig)) -> Te
 }
 
 /// A spec that fails the target gate (the target is unknown).
-fn doomed() -> ProposalSpec {
+pub(crate) fn doomed() -> ProposalSpec {
     let mut spec = valid_spec();
     spec.target = "node-99".into();
     spec
@@ -43,8 +43,9 @@ fn doomed() -> ProposalSpec {
 /// a watcher's REJECTED means the cache has it. (Retrying until a retry was
 /// suppressed raced: on a loaded machine each retry the cache had not caught
 /// up with was another review and another rejection, until the operator's
-/// breaker opened.)
-async fn rejected(app: &TestApp, key: &str, spec: ProposalSpec) -> String {
+/// breaker opened.) The check resubmits without an idempotency key: with
+/// the same key the answer is the earlier proposal, deduplicated.
+pub(crate) async fn rejected(app: &TestApp, key: &str, spec: ProposalSpec) -> String {
     let oncall = app.key("acme", Role::Oncall).await;
     let mut stream = app
         .watch(
@@ -68,7 +69,9 @@ async fn rejected(app: &TestApp, key: &str, spec: ProposalSpec) -> String {
             break;
         }
     }
-    let again = app.submit(key, spec).await.unwrap();
+    let mut again = spec;
+    again.idempotency_key.clear();
+    let again = app.submit(key, again).await.unwrap();
     assert!(
         again.suppressed,
         "the cache has the rejection its watcher saw"
@@ -141,6 +144,99 @@ async fn rewording_the_reason_does_not_get_around_it_but_another_call_is_reviewe
         assert!(!r.suppressed, "a different call is reviewed");
         assert_ne!(earlier(&r).id, first);
     }
+}
+
+/// Puts SOP `id` for `action` (single device, `env=production`) with the
+/// given rollback path.
+async fn put_sop(app: &TestApp, id: &str, action: &str, rollback_path: &str) {
+    let admin = app.key("acme", Role::Admin).await;
+    SopServiceClient::with_interceptor(app.channel().await, BearerAuth::new(&admin).unwrap())
+        .put_sop(PutSopRequest {
+            sop: Some(v1::Sop {
+                id: id.into(),
+                action: action.into(),
+                title: "Clear a cache".into(),
+                rollback_path: rollback_path.into(),
+                max_blast_radius: v1::BlastRadius::SingleDevice as i32,
+                selector: [("env".to_owned(), "production".to_owned())].into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_rejection_for_a_missing_rollback_does_not_answer_the_call_with_a_rollback_plan() {
+    let app = app_with(|_| {}).await;
+    put_sop(&app, "SOP-010", "clear_cache", "").await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut without = valid_spec();
+    without.action = "clear_cache".into();
+    without.target = "node-02".into();
+    without.rollback_plan = String::new();
+    let first = rejected(&app, &key, without.clone()).await;
+    let d = app.get(&key, &first).await.unwrap().decision.unwrap();
+    assert_eq!(d.missing_gates, ["rollback"]);
+
+    let mut with_plan = without;
+    with_plan.rollback_plan = "warm the cache again".into();
+    let r = app.submit(&key, with_plan).await.unwrap();
+    assert!(!r.suppressed, "the call the rejection answered was another");
+    assert_ne!(earlier(&r).id, first);
+    let p = app
+        .await_decision(&key, &earlier(&r).id, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(p.state, ProposalState::Approved as i32, "{:?}", p.decision);
+}
+
+#[tokio::test]
+async fn a_rejection_without_an_sop_does_not_answer_the_call_that_forces_one() {
+    let app = app_with(|_| {}).await;
+    let mut policy = app.store.get_tenant("acme").await.unwrap().unwrap().policy;
+    policy.allow_force_approve_no_sop = true;
+    app.store.set_tenant_policy("acme", policy).await.unwrap();
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut unforced = valid_spec();
+    unforced.action = "flush_dns".into();
+    unforced.target = "node-03".into();
+    let first = rejected(&app, &key, unforced.clone()).await;
+    let d = app.get(&key, &first).await.unwrap().decision.unwrap();
+    assert_eq!(d.missing_gates, ["sop", "blast_radius"]);
+
+    let mut forced = unforced;
+    forced.force_approve_no_sop = true;
+    let r = app.submit(&key, forced).await.unwrap();
+    assert!(!r.suppressed);
+    let p = app
+        .await_decision(&key, &earlier(&r).id, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(p.state, ProposalState::Approved as i32, "{:?}", p.decision);
+}
+
+#[tokio::test]
+async fn a_suppressed_answer_is_the_earlier_proposal_with_the_retrys_parameters() {
+    let app = app_with(|_| {}).await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let mut spec = doomed();
+    spec.context_summary = "c".repeat(16 * 1024);
+    let first = rejected(&app, &key, spec.clone()).await;
+    spec.reason = "the same call, reworded".into();
+    let r = app.submit(&key, spec.clone()).await.unwrap();
+    assert!(r.suppressed);
+    let p = earlier(&r);
+    assert_eq!(p.id, first);
+    let answered = p.spec.clone().unwrap();
+    assert_eq!(answered.parameters, spec.parameters);
+    assert_eq!(answered.reason, doomed().reason, "the earlier proposal's");
+    assert!(
+        answered.context_summary.is_empty(),
+        "not kept: GetProposal has it"
+    );
+    let whole = app.get(&key, &first).await.unwrap().spec.unwrap();
+    assert_eq!(whole.context_summary.len(), 16 * 1024);
 }
 
 #[tokio::test]

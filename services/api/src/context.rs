@@ -45,6 +45,7 @@ fn describe(permission: Permission) -> &'static str {
     match permission {
         Permission::SubmitProposal => "submit proposals",
         Permission::CancelProposal => "cancel proposals",
+        Permission::CancelAnyProposal => "cancel another key's proposals",
         Permission::ReadProposal => "read proposals",
         Permission::ReadReference => "read SOPs or targets",
         Permission::WriteReference => "change SOPs or targets",

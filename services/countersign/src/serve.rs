@@ -57,6 +57,7 @@ fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
         },
         suppression: SuppressionConfig {
             capacity: config.suppression.capacity,
+            max_bytes: config.suppression.max_bytes,
             ttl: config.suppression.ttl,
             ..SuppressionConfig::default()
         },

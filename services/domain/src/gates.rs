@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::{
     Millis,
     decision::GateResult,
@@ -32,6 +34,53 @@ pub const GATES: [&str; 5] = [
     BLAST_RADIUS,
 ];
 
+/// What the gates see of a proposal's spec: every field any gate reads, and
+/// nothing else. [`ReviewFacts`] carries this, not the spec, so a gate cannot
+/// read a field that is not here; the suppression fingerprint hashes all of it
+/// (`suppression::fingerprint`), so whatever the gates read, the fingerprint
+/// covers. The spec's free text (reason, context summary, incident id,
+/// labels, operator, idempotency key) and its class are not here: no gate
+/// reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GateSpec {
+    pub action: String,
+    pub target: String,
+    #[serde(with = "crate::proposal::by_name::blast_radius")]
+    pub blast_radius: BlastRadius,
+    /// Trimmed: whitespace around a plan changes nothing a gate decides.
+    pub rollback_plan: String,
+    pub force_approve_no_sop: bool,
+}
+
+impl From<&ProposalSpec> for GateSpec {
+    fn from(spec: &ProposalSpec) -> Self {
+        // Every field is named, so a field added to the spec must be sorted
+        // here: read by the gates (and so fingerprinted), or not.
+        let ProposalSpec {
+            action,
+            class: _,
+            target,
+            parameters: _,
+            reason: _,
+            blast_radius,
+            operator: _,
+            context_summary: _,
+            incident_id: _,
+            labels: _,
+            rollback_plan,
+            force_approve_no_sop,
+            idempotency_key: _,
+        } = spec;
+        GateSpec {
+            action: action.clone(),
+            target: target.clone(),
+            blast_radius: *blast_radius,
+            rollback_plan: rollback_plan.trim().to_owned(),
+            force_approve_no_sop: *force_approve_no_sop,
+        }
+    }
+}
+
 /// Another operation of the same tenant that might overlap this one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtherOperation {
@@ -51,7 +100,8 @@ pub struct OtherOperation {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewFacts {
     pub proposal_id: String,
-    pub spec: ProposalSpec,
+    /// The gates' view of the proposal's spec (all they may read of it).
+    pub spec: GateSpec,
     pub created_at: Millis,
     pub policy: TenantPolicy,
     /// The tenant's SOPs for the action (retired ones are ignored here too).
@@ -198,7 +248,25 @@ fn target_gate(facts: &ReviewFacts) -> GateResult {
     }
 }
 
-/// Whether two operations' scopes share a target.
+/// Why this proposal's scope cannot be known, if it cannot: a `cluster`
+/// operation reaches every target of its target's cluster, and without a
+/// `cluster` label (or a known target) that set is unknown.
+fn unknown_scope(facts: &ReviewFacts) -> Option<String> {
+    if facts.spec.blast_radius != BlastRadius::Cluster {
+        return None;
+    }
+    match &facts.target {
+        Some(t) if t.cluster().is_some() => None,
+        Some(_) => Some("target has no cluster label: the operation's scope is unknown".to_owned()),
+        None => Some(format!(
+            "target {} is unknown: the operation's scope is unknown",
+            facts.spec.target
+        )),
+    }
+}
+
+/// Whether two operations' scopes share a target. A `cluster` scope whose
+/// cluster is unknown (no label) may reach any target: it overlaps everything.
 pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
     let this_radius = facts.spec.blast_radius;
     if this_radius == BlastRadius::TenantWide || other.blast_radius == BlastRadius::TenantWide {
@@ -208,9 +276,18 @@ pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
         return true;
     }
     let this_cluster = facts.target.as_ref().and_then(|t| t.cluster());
+    let other_cluster = other
+        .target_cluster
+        .as_deref()
+        .filter(|c| !c.trim().is_empty());
+    let this_unknown = this_radius == BlastRadius::Cluster && this_cluster.is_none();
+    let other_unknown = other.blast_radius == BlastRadius::Cluster && other_cluster.is_none();
+    if this_unknown || other_unknown {
+        return true;
+    }
     let either_cluster =
         this_radius == BlastRadius::Cluster || other.blast_radius == BlastRadius::Cluster;
-    match (this_cluster, other.target_cluster.as_deref()) {
+    match (this_cluster, other_cluster) {
         (Some(a), Some(b)) => either_cluster && a == b,
         _ => false,
     }
@@ -235,6 +312,9 @@ pub fn blocks(facts: &ReviewFacts, other: &OtherOperation) -> bool {
 }
 
 fn parallel_gate(facts: &ReviewFacts) -> GateResult {
+    if let Some(why) = unknown_scope(facts) {
+        return gate(NO_PARALLEL_OPERATION, false, why);
+    }
     let mut blocking: Vec<&OtherOperation> =
         facts.others.iter().filter(|o| blocks(facts, o)).collect();
     blocking.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));

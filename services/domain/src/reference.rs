@@ -62,8 +62,13 @@ pub struct Target {
 pub const CLUSTER_LABEL: &str = "cluster";
 
 impl Target {
+    /// The target's cluster: its `cluster` label, unless blank (a blank
+    /// label names no cluster).
     pub fn cluster(&self) -> Option<&str> {
-        self.labels.get(CLUSTER_LABEL).map(String::as_str)
+        self.labels
+            .get(CLUSTER_LABEL)
+            .map(String::as_str)
+            .filter(|c| !c.trim().is_empty())
     }
 }
 

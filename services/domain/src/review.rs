@@ -5,8 +5,7 @@
 use crate::{
     Millis,
     decision::{AGENT_REFUSAL, Decision, DecisionOutcome, GateResult},
-    gates::{REVIEW, Verdict},
-    proposal::ProposalSpec,
+    gates::{GateSpec, REVIEW, Verdict},
 };
 
 pub const AGENT_APPROVED: &str = "Approved by review.";
@@ -32,8 +31,8 @@ pub(crate) fn summary(outcome: &str, gates: &[GateResult], notes: &str) -> Strin
     out
 }
 
-/// The decision for a completed review.
-pub fn decide(verdict: &Verdict, spec: &ProposalSpec, stamp: ReviewStamp) -> Decision {
+/// The decision for a completed review of `spec` (the spec as the gates saw it).
+pub fn decide(verdict: &Verdict, spec: &GateSpec, stamp: ReviewStamp) -> Decision {
     let approve = verdict.approves();
     let missing = if approve {
         Vec::new()

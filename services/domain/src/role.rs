@@ -2,9 +2,10 @@
 
 crate::named_enum! {
     pub enum Role as "role" {
-        /// Submits proposals, awaits and cancels them.
+        /// Submits proposals, awaits them and cancels its own.
         Coordinator => "coordinator",
-        /// Watches the tenant's review stream, resolves escalations.
+        /// Watches the tenant's review stream, resolves escalations, cancels
+        /// any of the tenant's proposals.
         Oncall => "oncall",
         /// Queries and verifies the decision log.
         Auditor => "auditor",
@@ -17,7 +18,10 @@ crate::named_enum! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permission {
     SubmitProposal,
+    /// Cancel a proposal this key submitted.
     CancelProposal,
+    /// Cancel any proposal of the tenant, whoever submitted it.
+    CancelAnyProposal,
     ReadProposal,
     ReadReference,
     WriteReference,
@@ -38,7 +42,10 @@ impl Role {
                 permission,
                 SubmitProposal | CancelProposal | ReadProposal | ReadReference | Watch
             ),
-            Role::Oncall => matches!(permission, ReadProposal | ReadReference | Watch),
+            Role::Oncall => matches!(
+                permission,
+                CancelProposal | CancelAnyProposal | ReadProposal | ReadReference | Watch
+            ),
             Role::Auditor => matches!(permission, ReadProposal | ReadReference | Audit),
         }
     }
@@ -49,12 +56,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_coordinators_and_admins_submit_or_cancel() {
+    fn only_coordinators_and_admins_submit() {
         for &role in Role::ALL {
-            let mutates = matches!(role, Role::Coordinator | Role::Admin);
-            assert_eq!(role.allows(Permission::SubmitProposal), mutates, "{role}");
-            assert_eq!(role.allows(Permission::CancelProposal), mutates, "{role}");
+            let submits = matches!(role, Role::Coordinator | Role::Admin);
+            assert_eq!(role.allows(Permission::SubmitProposal), submits, "{role}");
             assert!(role.allows(Permission::ReadProposal), "{role}");
+        }
+    }
+
+    #[test]
+    fn coordinators_cancel_their_own_oncall_and_admins_any_auditors_none() {
+        for &role in Role::ALL {
+            assert_eq!(
+                role.allows(Permission::CancelProposal),
+                role != Role::Auditor,
+                "{role}"
+            );
+            assert_eq!(
+                role.allows(Permission::CancelAnyProposal),
+                matches!(role, Role::Oncall | Role::Admin),
+                "{role}"
+            );
         }
     }
 

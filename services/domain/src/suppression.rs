@@ -1,51 +1,57 @@
 //! Retry-loop suppression and the operator breaker: the pure parts.
 //!
-//! A rejected proposal's *fingerprint* (tenant, action, target, parameters
-//! with sorted keys, blast radius; never the reason) identifies the same call
-//! made again. [`Breaker`] counts an operator's rejections in a sliding window.
+//! A rejected proposal's *fingerprint* identifies the same call made again:
+//! the tenant, everything the gates read of the spec ([`GateSpec`], whole)
+//! and the parameters (keys sorted). The reason and the spec's other free
+//! text are not in it, so rewording a rejected call does not get it
+//! reviewed again; anything a gate reads is, so a call changed where the
+//! gates look is reviewed. [`Breaker`] counts an operator's rejections in a
+//! sliding window.
 
 use std::collections::VecDeque;
 
 use sha2::{Digest, Sha256};
 
-use crate::{Decision, DecisionOutcome, Millis, ProposalSpec, gates};
+use crate::{
+    Decision, DecisionOutcome, Millis, ProposalSpec,
+    gates::{self, GateSpec},
+};
 
-/// SHA-256 (hex) of what makes two submissions "the same call".
+/// SHA-256 (hex) of what makes two submissions "the same call". The same on
+/// every replica and release that hashes the same [`GateSpec`] (a shared
+/// cache keys on it): JSON of the tenant, of the gates' view (its fields in
+/// declaration order) and of the parameters (keys sorted), each followed by
+/// a unit separator.
 pub fn fingerprint(tenant: &str, spec: &ProposalSpec) -> String {
-    let mut text = String::new();
-    for part in [
-        tenant,
-        &spec.action,
-        &spec.target,
-        spec.blast_radius.as_str(),
-    ] {
-        text.push_str(&serde_json::to_string(part).expect("a string serializes"));
-        text.push('\u{1f}');
-    }
-    canonical(
-        &serde_json::Value::Object(spec.parameters.clone()),
-        &mut text,
-    );
+    let mut text = serde_json::to_string(tenant).expect("a string serializes");
+    text.push('\u{1f}');
+    text.push_str(&serde_json::to_string(&GateSpec::from(spec)).expect("a gate spec serializes"));
+    text.push('\u{1f}');
+    canonical_object(&spec.parameters, &mut text);
+    text.push('\u{1f}');
     hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// An object as JSON with every object's keys sorted, whatever the map's own order.
+fn canonical_object(map: &serde_json::Map<String, serde_json::Value>, out: &mut String) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    out.push('{');
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        out.push(':');
+        canonical(&map[key], out);
+    }
+    out.push('}');
 }
 
 /// JSON with every object's keys sorted, whatever the map's own order.
 fn canonical(value: &serde_json::Value, out: &mut String) {
     match value {
-        serde_json::Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::to_string(key).expect("a string serializes"));
-                out.push(':');
-                canonical(&map[key], out);
-            }
-            out.push('}');
-        }
+        serde_json::Value::Object(map) => canonical_object(map, out),
         serde_json::Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {

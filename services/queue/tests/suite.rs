@@ -390,6 +390,7 @@ async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
             spec,
             submitted_by: "t".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap();

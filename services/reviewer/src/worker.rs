@@ -319,7 +319,7 @@ impl Worker {
         Ok(if now_ms() >= started_at + deadline_ms as Millis {
             review::timed_out(deadline_ms, self.stamp(started_at))
         } else {
-            review::decide(&verdict, &proposal.spec, self.stamp(started_at))
+            review::decide(&verdict, &(&proposal.spec).into(), self.stamp(started_at))
         })
     }
 

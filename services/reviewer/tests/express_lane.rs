@@ -73,6 +73,7 @@ async fn submit(store: &DynStore, redis: Option<&RedisQueue>, tenant: &str, n: u
             spec: spec(&format!("{tenant}-{n:02}")),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap();

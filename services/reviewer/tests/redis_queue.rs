@@ -28,6 +28,7 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
             spec: spec(target),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap();
@@ -120,6 +121,7 @@ async fn stored(store: &DynStore) -> String {
             spec: spec("node-01"),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap()

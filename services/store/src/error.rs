@@ -11,6 +11,8 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
     Unsupported(String),
     /// A stored row that does not decode: never guessed at, always an error.
     #[error("stored data is malformed: {0}")]
@@ -37,6 +39,7 @@ impl ServiceError for StoreError {
             StoreError::AlreadyExists(_) => ErrorKind::AlreadyExists,
             StoreError::FailedPrecondition(_) => ErrorKind::FailedPrecondition,
             StoreError::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            StoreError::PermissionDenied(_) => ErrorKind::PermissionDenied,
             StoreError::Unavailable(_) => ErrorKind::Unavailable,
             StoreError::Database(
                 sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_),

@@ -85,7 +85,7 @@ pub(crate) fn gather<R: Columns>(
                 i,
                 ReviewFacts {
                     proposal_id: proposal.id.clone(),
-                    spec: proposal.spec.clone(),
+                    spec: (&proposal.spec).into(),
                     created_at: proposal.created_at,
                     policy,
                     sops,

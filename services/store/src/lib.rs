@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Millis, Proposal, Role, Sop, Target, TargetStatus,
+    Decision, Millis, Proposal, ProposalSpec, Role, Sop, Target, TargetStatus,
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
@@ -61,9 +61,25 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a PENDING proposal, honouring its idempotency key.
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome>;
+    /// The earlier proposal that holds `spec`'s idempotency key, if it has the
+    /// same spec (what [`Store::insert_proposal`] would answer, deduplicated);
+    /// `AlreadyExists` if another spec holds it; `None` for a free key or none.
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>>;
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>>;
     /// PENDING or REVIEWING becomes CANCELLED; terminal is `FailedPrecondition`.
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal>;
+    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
+        self.cancel_proposal_by(tenant, id, reason, None).await
+    }
+    /// [`Store::cancel_proposal`], limited to what `key` submitted if given:
+    /// a proposal another key submitted (or none recorded) is then
+    /// `PermissionDenied`, whatever its state.
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal>;
 
     /// Creates or replaces an SOP; each put bumps its version.
     async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop>;

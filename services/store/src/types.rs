@@ -42,6 +42,9 @@ pub struct NewProposal {
     pub tenant: String,
     pub spec: ProposalSpec,
     pub submitted_by: String,
+    /// The id of the API key that submitted it (None: not through a key).
+    /// A coordinator may cancel only what its own key submitted.
+    pub submitted_key: Option<String>,
     /// The W3C `traceparent` of the submitting call, kept with the proposal so
     /// the review continues its trace (None: no trace).
     pub trace_parent: Option<String>,
@@ -79,6 +82,25 @@ pub(crate) fn same_spec_as_earlier(
     Err(StoreError::AlreadyExists(format!(
         "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
     )))
+}
+
+/// Why a cancel changed nothing, for a proposal found in `state`, submitted
+/// by `submitted_key`, cancelled by `key` (None: whoever submitted it).
+pub(crate) fn not_cancelled(
+    id: &str,
+    state: &str,
+    submitted_key: Option<&str>,
+    key: Option<&str>,
+) -> StoreError {
+    if key.is_some() && submitted_key != key {
+        return StoreError::PermissionDenied(format!(
+            "proposal {id} was submitted by another key: a coordinator may cancel only the \
+             proposals its own key submitted (on-call and admin may cancel any)"
+        ));
+    }
+    StoreError::FailedPrecondition(format!(
+        "proposal {id} is already {state} and can no longer be cancelled"
+    ))
 }
 
 #[derive(Debug, Clone)]

@@ -32,6 +32,7 @@ fn new_proposal(tenant: &str) -> NewProposal {
         },
         submitted_by: "tester".into(),
         trace_parent: None,
+        submitted_key: None,
     }
 }
 

@@ -98,6 +98,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             spec: spec(),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap()
@@ -114,7 +115,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
         sop: None,
         rollback_path: None,
     };
-    let decision = countersign_domain::review::decide(&verdict, &p.spec, stamp);
+    let decision = countersign_domain::review::decide(&verdict, &(&p.spec).into(), stamp);
     store
         .record_decision(tenant, &p.id, decision.clone())
         .await

@@ -34,6 +34,7 @@ async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
             spec: spec(target),
             submitted_by: "tester".into(),
             trace_parent: None,
+            submitted_key: None,
         })
         .await
         .unwrap()

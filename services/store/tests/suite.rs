@@ -33,6 +33,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         spec: spec(key),
         submitted_by: "tester".into(),
         trace_parent: None,
+        submitted_key: None,
     }
 }
 
@@ -262,6 +263,133 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
         store.cancel_proposal("a", &id, "again").await,
         Err(StoreError::FailedPrecondition(_))
     ));
+}
+
+pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let submit = |key: Option<&str>| {
+        let mut new = new_proposal("a", "");
+        new.submitted_key = key.map(str::to_owned);
+        let store = store.clone();
+        async move {
+            store
+                .insert_proposal(new)
+                .await
+                .unwrap()
+                .proposal()
+                .id
+                .clone()
+        }
+    };
+    let mine = submit(Some("k1")).await;
+    let state = |id: String| {
+        let store = store.clone();
+        async move { store.get_proposal("a", &id).await.unwrap().unwrap().state }
+    };
+
+    let denied = store.cancel_proposal_by("a", &mine, "no", Some("k2")).await;
+    match denied {
+        Err(StoreError::PermissionDenied(message)) => {
+            assert!(message.contains("another key"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(state(mine.clone()).await, ProposalState::Pending);
+    let cancelled = store
+        .cancel_proposal_by("a", &mine, "mine", Some("k1"))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.state, ProposalState::Cancelled);
+    // Once terminal: the owner hears it is too late, another key still may not.
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &mine, "again", Some("k1"))
+            .await,
+        Err(StoreError::FailedPrecondition(_))
+    ));
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &mine, "again", Some("k2"))
+            .await,
+        Err(StoreError::PermissionDenied(_))
+    ));
+
+    // No key recorded: only a cancel for anyone's may.
+    let unowned = submit(None).await;
+    assert!(matches!(
+        store
+            .cancel_proposal_by("a", &unowned, "no", Some("k1"))
+            .await,
+        Err(StoreError::PermissionDenied(_))
+    ));
+    store
+        .cancel_proposal_by("a", &unowned, "anyone's", None)
+        .await
+        .unwrap();
+
+    let other = submit(Some("k1")).await;
+    for (tenant, id) in [("b", other.as_str()), ("a", "01NOSUCHPROPOSAL")] {
+        assert!(matches!(
+            store.cancel_proposal_by(tenant, id, "no", Some("k1")).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+    assert_eq!(state(other).await, ProposalState::Pending);
+}
+
+pub async fn an_idempotency_key_is_found_before_any_insert(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    assert!(
+        store
+            .find_idempotent("a", &spec(""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .find_idempotent("a", &spec("k"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let first = store.insert_proposal(new_proposal("a", "k")).await.unwrap();
+    let first = first.proposal().clone();
+
+    let found = store.find_idempotent("a", &spec("k")).await.unwrap();
+    assert_eq!(found.map(|p| p.id), Some(first.id.clone()));
+    let mut reworded = spec("k");
+    reworded.reason = "reworded".into();
+    match store.find_idempotent("a", &reworded).await {
+        Err(StoreError::AlreadyExists(message)) => {
+            assert!(message.contains(&first.id), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        store
+            .find_idempotent("b", &spec("k"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A decided proposal comes with its decision, as Submit would answer it.
+    store.begin_review("a", &first.id, "w").await.unwrap();
+    let rejection = support::rejection(&first.spec, "target_state");
+    store
+        .record_decision("a", &first.id, rejection)
+        .await
+        .unwrap();
+    let found = store
+        .find_idempotent("a", &spec("k"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.state, ProposalState::Rejected);
+    assert!(found.decision.is_some());
 }
 
 pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was(
@@ -569,6 +697,54 @@ pub async fn review_facts_find_exactly_the_overlapping_earlier_operations(store:
     }
 }
 
+pub async fn an_operation_whose_cluster_is_unknown_overlaps_every_later_one(store: DynStore) {
+    use countersign_domain::gates::{self, NO_PARALLEL_OPERATION};
+    store.create_tenant("a").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    store
+        .put_target(
+            "a",
+            "n9",
+            countersign_domain::TargetStatus::Online,
+            [("env".to_owned(), "production".to_owned())].into(),
+        )
+        .await
+        .unwrap();
+    put_online(&store, "a", "n8", " ").await;
+    let unknown = propose(&store, "a", "n9", BlastRadius::Cluster).await;
+    let blank = propose(&store, "a", "n8", BlastRadius::Cluster).await;
+    let gate = |facts: &gates::ReviewFacts| {
+        gates::evaluate(facts)
+            .gates
+            .into_iter()
+            .find(|g| g.gate == NO_PARALLEL_OPERATION)
+            .unwrap()
+    };
+
+    // Its own scope is unknown: its gate fails, whatever else is open.
+    for p in [&unknown, &blank] {
+        let own = gate(&store.review_facts(p).await.unwrap());
+        assert!(!own.passed);
+        assert_eq!(
+            own.detail,
+            "target has no cluster label: the operation's scope is unknown"
+        );
+    }
+
+    // Open and earlier, it may reach any target: a later operation elsewhere
+    // finds it among its facts and waits for it.
+    let later = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let facts = store.review_facts(&later).await.unwrap();
+    assert_eq!(ids(&facts), [unknown.id.clone(), blank.id.clone()].into());
+    let blocked = gate(&facts);
+    assert!(!blocked.passed);
+    assert!(
+        blocked.detail.contains(&format!("wait for {}", unknown.id)),
+        "{}",
+        blocked.detail
+    );
+}
+
 pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     put_online(&store, "a", "n1", "c1").await;
@@ -591,7 +767,7 @@ pub async fn an_approval_blocks_overlapping_operations_for_the_window(store: Dyn
         decided_at: 0,
         latency_ms: 0,
     };
-    let mut decision = countersign_domain::review::decide(&verdict, &first.spec, stamp);
+    let mut decision = countersign_domain::review::decide(&verdict, &(&first.spec).into(), stamp);
     decision.decided_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -657,7 +833,7 @@ pub async fn an_approval_whose_sop_was_retired_before_commit_is_stale(store: Dyn
         decided_at: 1,
         latency_ms: 0,
     };
-    let decision = countersign_domain::review::decide(&verdict, &proposal.spec, stamp);
+    let decision = countersign_domain::review::decide(&verdict, &(&proposal.spec).into(), stamp);
     let outcome = store.record_decision("a", &p.id, decision).await.unwrap();
     assert!(
         matches!(outcome, countersign_store::RecordOutcome::Stale(ref why) if why.contains("retired")),
@@ -1611,7 +1787,10 @@ macro_rules! every_store_test {
             an_idempotency_key_returns_the_same_proposal_or_conflicts,
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
+            a_key_cancels_only_what_it_submitted,
+            an_idempotency_key_is_found_before_any_insert,
             review_facts_find_exactly_the_overlapping_earlier_operations,
+            an_operation_whose_cluster_is_unknown_overlaps_every_later_one,
             an_approval_blocks_overlapping_operations_for_the_window,
             an_approval_whose_sop_was_retired_before_commit_is_stale,
             events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,

@@ -1,6 +1,6 @@
 //! `countersign.v1.ProposalService`.
 
-use countersign_domain::{Permission, validate_spec};
+use countersign_domain::{Permission, ProposalSpec, validate_spec};
 use countersign_proto::{
     convert::{proposal_to_proto, spec_from_proto},
     to_status,
@@ -52,12 +52,29 @@ impl ProposalApi {
 }
 
 /// The answer to an identical retry of a cached rejection.
-fn suppressed(entry: &Entry, caller: &Caller) -> Response<SubmitResponse> {
+fn suppressed(entry: &Entry, retry: ProposalSpec, caller: &Caller) -> Response<SubmitResponse> {
     tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
     Response::new(SubmitResponse {
-        proposal: Some(proposal_to_proto(&entry.proposal, caller.principal.agent)),
+        proposal: Some(proposal_to_proto(
+            &entry.answer(retry),
+            caller.principal.agent,
+        )),
         deduplicated: false,
         suppressed: true,
+    })
+}
+
+/// The answer to a submission whose idempotency key names `earlier`, with
+/// the same spec.
+fn deduplicated(
+    earlier: &countersign_domain::Proposal,
+    caller: &Caller,
+) -> Response<SubmitResponse> {
+    tracing::info!(proposal = %earlier.id, deduplicated = true, "proposal accepted");
+    Response::new(SubmitResponse {
+        proposal: Some(proposal_to_proto(earlier, caller.principal.agent)),
+        deduplicated: true,
+        suppressed: false,
     })
 }
 
@@ -79,31 +96,47 @@ impl ProposalService for ProposalApi {
         let spec = spec_from_proto(wire).map_err(|e| to_status(&e))?;
         validate_spec(&spec).map_err(|e| to_status(&e))?;
         let tenant = &caller.tenant;
-        match self
+        let refusal = match self
             .suppression
             .check(&tenant.name, &tenant.policy, &spec, now_ms())
         {
-            None => {}
-            Some(Refusal::BreakerOpen { window }) => {
-                let whose = if spec.operator.is_empty() {
-                    "without an operator".to_owned()
-                } else {
-                    format!("from operator `{}`", spec.operator)
-                };
-                return Err(Status::failed_precondition(format!(
-                    "too many rejected proposals {whose}; a human must look \
-                     (the breaker closes {} after the last of them, or when an admin resets it)",
-                    humantime::format_duration(window)
-                )));
+            Some(refusal) => Some(refusal),
+            None => self
+                .suppression
+                .check_shared(&tenant.name, &spec, now_ms())
+                .await
+                .map(Refusal::Suppressed),
+        };
+        if let Some(refusal) = refusal {
+            // The idempotency key comes first, as the insert would honour it:
+            // the same spec is the earlier proposal, another is ALREADY_EXISTS.
+            let earlier = self
+                .store
+                .find_idempotent(&tenant.name, &spec)
+                .await
+                .map_err(|e| to_status(&e))?;
+            if let Some(earlier) = earlier {
+                tracing::Span::current().record("proposal_id", earlier.id.as_str());
+                return Ok(deduplicated(&earlier, &caller));
             }
-            Some(Refusal::Suppressed(entry)) => return Ok(suppressed(&entry, &caller)),
-        }
-        if let Some(entry) = self
-            .suppression
-            .check_shared(&tenant.name, &spec, now_ms())
-            .await
-        {
-            return Ok(suppressed(&entry, &caller));
+            match refusal {
+                Refusal::BreakerOpen { window } => {
+                    let whose = if spec.operator.is_empty() {
+                        "without an operator".to_owned()
+                    } else {
+                        format!("from operator `{}`", spec.operator)
+                    };
+                    return Err(Status::failed_precondition(format!(
+                        "too many rejected proposals {whose}; a human must look \
+                         (the breaker closes {} after the last of them, or when an admin resets it)",
+                        humantime::format_duration(window)
+                    )));
+                }
+                Refusal::Suppressed(entry) => {
+                    self.suppression.count_retry(&tenant.name, &entry);
+                    return Ok(suppressed(&entry, spec, &caller));
+                }
+            }
         }
         let outcome = self
             .store
@@ -111,6 +144,7 @@ impl ProposalService for ProposalApi {
                 tenant: caller.tenant.name.clone(),
                 spec,
                 submitted_by: caller.principal.name.clone(),
+                submitted_key: Some(caller.principal.key_id.clone()),
                 // The review continues this call's trace.
                 trace_parent: trace_context::current_traceparent(),
             })
@@ -160,9 +194,13 @@ impl ProposalService for ProposalApi {
                 "reason: must be at most {MAX_CANCEL_REASON} bytes"
             )));
         }
+        // A coordinator cancels what its own key submitted; on-call and admin
+        // any proposal of the tenant.
+        let only_key = (!caller.principal.may(Permission::CancelAnyProposal))
+            .then_some(caller.principal.key_id.as_str());
         let proposal = self
             .store
-            .cancel_proposal(&caller.tenant.name, &id, &reason)
+            .cancel_proposal_by(&caller.tenant.name, &id, &reason, only_key)
             .await
             .map_err(|e| match e {
                 countersign_store::StoreError::NotFound(_) => not_found(&id),

@@ -2,8 +2,9 @@
 //!
 //! Rejections reach [`Suppression`] through the fan-out (so it sees what any
 //! reviewer decided, in this process or another). A Submit whose fingerprint
-//! matches a cached rejection is answered at once with the earlier proposal;
-//! the retry is counted in memory and written in batches. An operator with too
+//! matches a cached rejection is answered at once with the earlier proposal
+//! (after its idempotency key, if any, is honoured: the service's part); the
+//! retry is counted in memory and written in batches. An operator with too
 //! many recent rejections is refused until the window passes or an admin
 //! resets the breaker.
 
@@ -35,6 +36,8 @@ pub const MAX_BREAKER_WINDOW: Duration = Duration::from_secs(24 * 3600);
 pub struct SuppressionConfig {
     /// Rejections the cache holds (least recently used go first).
     pub capacity: u64,
+    /// About how many bytes the cache's rejections may hold in all.
+    pub max_bytes: u64,
     /// How long a rejection answers identical retries.
     pub ttl: Duration,
     /// How often counted retries are written, and breaker resets read.
@@ -45,6 +48,7 @@ impl Default for SuppressionConfig {
     fn default() -> Self {
         SuppressionConfig {
             capacity: 10_000,
+            max_bytes: 64 * 1024 * 1024,
             ttl: Duration::from_secs(600),
             flush_every: Duration::from_secs(1),
         }
@@ -110,7 +114,11 @@ impl Suppression {
     pub fn new(config: SuppressionConfig) -> Self {
         Suppression {
             config,
-            tier: Box::new(LocalTier::new(config.capacity, config.ttl)),
+            tier: Box::new(LocalTier::new(
+                config.capacity,
+                config.max_bytes,
+                config.ttl,
+            )),
             changes: Mutex::default(),
             retries: Mutex::default(),
             breakers: Mutex::default(),
@@ -125,7 +133,8 @@ impl Suppression {
         self
     }
 
-    /// Decides whether `spec` from this tenant is answered without review.
+    /// Decides whether `spec` from this tenant is answered without review. A
+    /// suppressed answer is counted once given ([`Suppression::count_retry`]).
     pub fn check(
         &self,
         tenant: &str,
@@ -150,7 +159,6 @@ impl Suppression {
             self.tier.remove(&key);
             return None;
         }
-        self.count_retry(tenant, &entry);
         Some(Refusal::Suppressed(entry))
     }
 
@@ -179,8 +187,7 @@ impl Suppression {
             Err(_) => return None,
         };
         let entry = Arc::new(shared::decode(&found.value)?);
-        let fits =
-            entry.proposal.tenant == tenant && cache_key(tenant, &entry.proposal.spec) == key;
+        let fits = entry.proposal.tenant == tenant && entry.fingerprint == key;
         if !fits
             || entry.expires_at <= now
             || found
@@ -191,11 +198,11 @@ impl Suppression {
             return None;
         }
         self.tier.put(key, entry.clone());
-        self.count_retry(tenant, &entry);
         Some(entry)
     }
 
-    fn count_retry(&self, tenant: &str, entry: &Entry) {
+    /// Counts a retry answered with `entry`.
+    pub fn count_retry(&self, tenant: &str, entry: &Entry) {
         add_retries(
             &mut self.retries.lock().expect("retries"),
             tenant,
@@ -235,12 +242,13 @@ impl Suppression {
         if self.changed_since(&proposal.tenant, proposal, review_started) {
             return; // reviewed against facts that have changed since
         }
-        let entry = Entry {
-            proposal: Arc::new(proposal.clone()),
-            expires_at: decision.decided_at.saturating_add(millis(self.config.ttl)),
-            review_started,
-        };
         let key = cache_key(&proposal.tenant, &proposal.spec);
+        let entry = Entry::new(
+            proposal,
+            key.clone(),
+            decision.decided_at.saturating_add(millis(self.config.ttl)),
+            review_started,
+        );
         if let Some(peers) = &self.peers {
             let remaining = entry
                 .expires_at

@@ -44,9 +44,11 @@ impl Scope {
     }
 }
 
+/// An entry as the shared tier keeps it (what the in-process one keeps).
 #[derive(Serialize)]
 struct StoredRef<'a> {
     proposal: &'a Proposal,
+    fingerprint: &'a str,
     expires_at: Millis,
     review_started: Millis,
 }
@@ -54,6 +56,7 @@ struct StoredRef<'a> {
 #[derive(Deserialize)]
 struct Stored {
     proposal: Proposal,
+    fingerprint: String,
     expires_at: Millis,
     review_started: Millis,
 }
@@ -61,19 +64,22 @@ struct Stored {
 pub fn encode(entry: &Entry) -> Vec<u8> {
     serde_json::to_vec(&StoredRef {
         proposal: &entry.proposal,
+        fingerprint: &entry.fingerprint,
         expires_at: entry.expires_at,
         review_started: entry.review_started,
     })
     .expect("a proposal serialises")
 }
 
+/// An entry another replica kept; `None` (a miss) for anything else.
 pub fn decode(bytes: &[u8]) -> Option<Entry> {
     let stored: Stored = serde_json::from_slice(bytes).ok()?;
-    Some(Entry {
-        proposal: Arc::new(stored.proposal),
-        expires_at: stored.expires_at,
-        review_started: stored.review_started,
-    })
+    Some(Entry::kept(
+        stored.proposal,
+        stored.fingerprint,
+        stored.expires_at,
+        stored.review_started,
+    ))
 }
 
 /// Applies what other replicas tell: their invalidations; after a lost

@@ -91,6 +91,9 @@ pub struct ServeArgs {
     /// suppression.capacity: rejections kept to answer identical retries.
     #[arg(long)]
     pub suppression_capacity: Option<String>,
+    /// suppression.max_bytes: about how many bytes those rejections may hold.
+    #[arg(long)]
+    pub suppression_max_bytes: Option<String>,
     /// suppression.ttl: how long a rejection answers identical retries.
     #[arg(long)]
     pub suppression_ttl: Option<String>,
@@ -115,7 +118,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The flags given, as (flag, key, value).
     pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
-        let all: [(&'static str, &'static str, &Option<String>); 32] = [
+        let all: [(&'static str, &'static str, &Option<String>); 33] = [
             ("--listen", "listen", &self.listen),
             ("--role", "role", &self.role),
             ("--data-dir", "data_dir", &self.data_dir),
@@ -193,6 +196,11 @@ impl ServeArgs {
                 "--suppression-capacity",
                 "suppression.capacity",
                 &self.suppression_capacity,
+            ),
+            (
+                "--suppression-max-bytes",
+                "suppression.max_bytes",
+                &self.suppression_max_bytes,
             ),
             (
                 "--suppression-ttl",

@@ -180,7 +180,11 @@ pub struct WatchSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SuppressionSection {
+    /// Rejections the cache holds at most.
     pub capacity: u64,
+    /// About how many bytes they may hold in all (each counts at least
+    /// `max_bytes / capacity`).
+    pub max_bytes: u64,
     #[serde(with = "duration")]
     pub ttl: Duration,
 }
@@ -303,6 +307,7 @@ impl Default for SuppressionSection {
     fn default() -> Self {
         SuppressionSection {
             capacity: 10_000,
+            max_bytes: 64 * 1024 * 1024,
             ttl: secs(600),
         }
     }

@@ -46,20 +46,12 @@ fn target(id: &str, status: TargetStatus, cluster: &str) -> Target {
 fn facts() -> ReviewFacts {
     ReviewFacts {
         proposal_id: "P5".into(),
-        spec: ProposalSpec {
+        spec: GateSpec {
             action: "host_restart_service".into(),
-            class: OperationClass::Write,
             target: "node-01".into(),
-            parameters: Default::default(),
-            reason: "OOM".into(),
             blast_radius: BlastRadius::SingleDevice,
-            operator: "alice".into(),
-            context_summary: String::new(),
-            incident_id: String::new(),
-            labels: BTreeMap::new(),
             rollback_plan: String::new(),
             force_approve_no_sop: false,
-            idempotency_key: String::new(),
         },
         created_at: NOW - 1000,
         policy: TenantPolicy::default(),
@@ -298,6 +290,97 @@ fn scope_follows_the_blast_radius() {
         let passed = result(&evaluate(&f), NO_PARALLEL_OPERATION).passed;
         assert_eq!(passed, !blocks, "{this} vs {radius} on {target}/{cluster}");
     }
+}
+
+#[test]
+fn a_cluster_operation_whose_cluster_is_unknown_fails_no_parallel_operation() {
+    let unlabelled = |labels: BTreeMap<String, String>| {
+        let mut f = facts();
+        f.spec.blast_radius = BlastRadius::Cluster;
+        f.target.as_mut().unwrap().labels = labels;
+        f
+    };
+    for f in [
+        unlabelled(labels(&[("env", "production")])),
+        unlabelled(labels(&[("env", "production"), ("cluster", " ")])),
+    ] {
+        let v = evaluate(&f);
+        assert_eq!(v.missing_gates(), [NO_PARALLEL_OPERATION], "{v:#?}");
+        assert_eq!(
+            result(&v, NO_PARALLEL_OPERATION).detail,
+            "target has no cluster label: the operation's scope is unknown"
+        );
+    }
+    let mut unknown = facts();
+    unknown.spec.blast_radius = BlastRadius::Cluster;
+    unknown.target = None;
+    let v = evaluate(&unknown);
+    assert!(!result(&v, NO_PARALLEL_OPERATION).passed);
+    assert_eq!(
+        result(&v, NO_PARALLEL_OPERATION).detail,
+        "target node-01 is unknown: the operation's scope is unknown"
+    );
+    // A single device's scope is its target, label or not.
+    let mut device = unlabelled(labels(&[("env", "production")]));
+    device.spec.blast_radius = BlastRadius::SingleDevice;
+    assert!(evaluate(&device).approves());
+}
+
+#[test]
+fn another_cluster_operation_whose_cluster_is_unknown_overlaps_everything() {
+    let mut f = facts();
+    let mut unlabelled = other(
+        "P1",
+        "node-77",
+        "",
+        BlastRadius::Cluster,
+        ProposalState::Pending,
+    );
+    unlabelled.target_cluster = None;
+    f.others = vec![unlabelled.clone()];
+    let v = evaluate(&f);
+    assert_eq!(v.missing_gates(), [NO_PARALLEL_OPERATION]);
+    assert!(
+        result(&v, NO_PARALLEL_OPERATION)
+            .detail
+            .contains("wait for P1")
+    );
+    // Blank is no label either; a single device elsewhere does not overlap.
+    unlabelled.target_cluster = Some(" ".into());
+    f.others = vec![unlabelled.clone()];
+    assert!(!evaluate(&f).approves());
+    unlabelled.blast_radius = BlastRadius::SingleDevice;
+    f.others = vec![unlabelled];
+    assert!(evaluate(&f).approves());
+}
+
+#[test]
+fn the_gates_view_of_a_spec_is_the_fields_they_read() {
+    let spec = ProposalSpec {
+        action: "host_restart_service".into(),
+        class: OperationClass::Destructive,
+        target: "node-01".into(),
+        parameters: Default::default(),
+        reason: "OOM".into(),
+        blast_radius: BlastRadius::Cluster,
+        operator: "alice".into(),
+        context_summary: "summary".into(),
+        incident_id: "INC-1".into(),
+        labels: labels(&[("team", "web")]),
+        rollback_plan: "  reboot node-01\n".into(),
+        force_approve_no_sop: true,
+        idempotency_key: "k".into(),
+    };
+    assert_eq!(
+        GateSpec::from(&spec),
+        GateSpec {
+            action: "host_restart_service".into(),
+            target: "node-01".into(),
+            blast_radius: BlastRadius::Cluster,
+            rollback_plan: "reboot node-01".into(),
+            force_approve_no_sop: true,
+        }
+    );
 }
 
 #[test]

@@ -1,3 +1,5 @@
+use proptest::prelude::*;
+
 use super::*;
 use crate::{BlastRadius, GateResult, OperationClass};
 
@@ -58,6 +60,179 @@ fn the_reason_and_other_prose_do_not_change_the_fingerprint() {
     b.idempotency_key = "retry-2".into();
     b.operator = "someone_else".into();
     assert_eq!(fingerprint("acme", &a), fingerprint("acme", &b));
+}
+
+/// The spec's fields as JSON (the names `GateSpec` shares with the spec).
+fn fields(value: &impl serde::Serialize) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(value).unwrap() {
+        serde_json::Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// `spec` with one field changed to another valid value, whatever its type
+/// (an enum's other names, a string extended, a flag flipped, a map grown).
+fn with_changed(spec: &ProposalSpec, field: &str) -> ProposalSpec {
+    let mut json = fields(spec);
+    let current = json[field].clone();
+    let candidates: Vec<serde_json::Value> = match &current {
+        serde_json::Value::String(text) => [
+            format!("{text} changed"),
+            "cluster".into(),
+            "tenant_wide".into(),
+            "destructive".into(),
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect(),
+        serde_json::Value::Bool(flag) => vec![(!flag).into()],
+        serde_json::Value::Object(map) => {
+            let mut grown = map.clone();
+            grown.insert("changed".into(), "yes".into());
+            vec![grown.into()]
+        }
+        other => panic!("{field}: no change known for {other}"),
+    };
+    for candidate in candidates {
+        json.insert(field.to_owned(), candidate);
+        if let Ok(changed) = serde_json::from_value::<ProposalSpec>(json.clone().into())
+            && changed != *spec
+        {
+            return changed;
+        }
+    }
+    panic!("{field}: no other valid value found")
+}
+
+fn full_spec() -> ProposalSpec {
+    let mut s = spec();
+    s.context_summary = "summary".into();
+    s.incident_id = "INC-1".into();
+    s.labels = [("team".to_owned(), "web".to_owned())].into();
+    s.rollback_plan = "systemctl start nginx".into();
+    s.idempotency_key = "k-1".into();
+    s
+}
+
+#[test]
+fn every_field_the_gates_read_changes_the_fingerprint() {
+    let base = full_spec();
+    let gate_fields = fields(&GateSpec::from(&base));
+    assert_eq!(gate_fields.len(), 5, "{gate_fields:?}");
+    for field in gate_fields.keys() {
+        let changed = with_changed(&base, field);
+        assert_ne!(
+            GateSpec::from(&changed),
+            GateSpec::from(&base),
+            "{field} reaches the gates"
+        );
+        assert_ne!(
+            fingerprint("acme", &changed),
+            fingerprint("acme", &base),
+            "{field}"
+        );
+    }
+}
+
+#[test]
+fn no_field_the_gates_do_not_read_changes_the_fingerprint_but_the_parameters() {
+    let base = full_spec();
+    let gate_fields = fields(&GateSpec::from(&base));
+    for field in fields(&base).keys() {
+        if gate_fields.contains_key(field) {
+            continue;
+        }
+        let changed = with_changed(&base, field);
+        assert_eq!(
+            GateSpec::from(&changed),
+            GateSpec::from(&base),
+            "{field} is not the gates' to read"
+        );
+        let same = fingerprint("acme", &changed) == fingerprint("acme", &base);
+        assert_eq!(same, field != "parameters", "{field}");
+    }
+}
+
+#[test]
+fn whitespace_around_a_rollback_plan_is_the_same_plan() {
+    let mut a = spec();
+    a.rollback_plan = "systemctl start nginx".into();
+    let mut b = spec();
+    b.rollback_plan = "  systemctl start nginx\n".into();
+    assert_eq!(fingerprint("acme", &a), fingerprint("acme", &b));
+    b.rollback_plan = "  ".into();
+    assert_eq!(fingerprint("acme", &spec()), fingerprint("acme", &b));
+}
+
+#[test]
+fn the_fingerprint_is_stable_across_builds_and_replicas() {
+    // Replicas share rejections keyed on it: a change of its encoding is a
+    // change every replica must make together. The text hashed, spelled out:
+    let text = concat!(
+        "\"acme\"\u{1f}",
+        r#"{"action":"host_restart_service","target":"node-01","blast_radius":"single_device","#,
+        r#""rollback_plan":"systemctl start nginx","force_approve_no_sop":false}"#,
+        "\u{1f}",
+        r#"{"opts":{"a":[2,{"x":0,"y":1}],"b":1},"service":"nginx"}"#,
+        "\u{1f}",
+    );
+    let expected = hex::encode(Sha256::digest(text.as_bytes()));
+    assert_eq!(
+        expected,
+        "3094d394b0fa7c1637201204436a3f757915696c4811dfdc75988db7ace2c9f8"
+    );
+    assert_eq!(fingerprint("acme", &full_spec()), expected);
+}
+
+proptest! {
+    #[test]
+    fn free_text_never_changes_the_fingerprint(
+        reason in ".{0,40}",
+        context in ".{0,40}",
+        incident in ".{0,20}",
+        operator in ".{0,20}",
+        key in ".{0,20}",
+        labels in proptest::collection::btree_map(".{1,8}", ".{0,8}", 0..4),
+        destructive in any::<bool>(),
+    ) {
+        let mut other = spec();
+        other.reason = reason;
+        other.context_summary = context;
+        other.incident_id = incident;
+        other.operator = operator;
+        other.idempotency_key = key;
+        other.labels = labels;
+        if destructive {
+            other.class = OperationClass::Destructive;
+        }
+        prop_assert_eq!(fingerprint("acme", &spec()), fingerprint("acme", &other));
+    }
+
+    #[test]
+    fn a_change_to_any_gate_input_changes_the_fingerprint(
+        base in (".{1,12}", ".{1,12}", 0usize..3, "[a-z ]{0,12}", any::<bool>()),
+        change in proptest::array::uniform5(any::<bool>()),
+        shift in 1usize..3,
+    ) {
+        let radii = [BlastRadius::SingleDevice, BlastRadius::Cluster, BlastRadius::TenantWide];
+        let (action, target, radius, plan, force) = base;
+        let mut a = spec();
+        a.action = action;
+        a.target = target;
+        a.blast_radius = radii[radius];
+        a.rollback_plan = plan;
+        a.force_approve_no_sop = force;
+        let mut b = a.clone();
+        if change[0] { b.action.push('x'); }
+        if change[1] { b.target.push('x'); }
+        if change[2] { b.blast_radius = radii[(radius + shift) % 3]; }
+        if change[3] { b.rollback_plan.push('x'); }
+        if change[4] { b.force_approve_no_sop = !force; }
+        b.reason.push_str(" (again)");
+        let changed = change.iter().any(|&c| c);
+        prop_assert_eq!(GateSpec::from(&a) != GateSpec::from(&b), changed);
+        prop_assert_eq!(fingerprint("acme", &a) != fingerprint("acme", &b), changed);
+    }
 }
 
 #[test]

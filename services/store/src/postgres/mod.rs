@@ -32,7 +32,7 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus,
+    Decision, Event, EventHorizon, Millis, Proposal, ProposalSpec, Sop, Target, TargetStatus,
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
@@ -205,8 +205,18 @@ impl Store for PostgresStore {
         proposals::get(&self.pool, tenant, id).await
     }
 
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(&self.pool, tenant, id, reason).await?;
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        proposals::find_idempotent(&self.pool, tenant, spec).await
+    }
+
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (proposal, event) = proposals::cancel(&self.pool, tenant, id, reason, key).await?;
         self.publish(event);
         Ok(proposal)
     }

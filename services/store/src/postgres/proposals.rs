@@ -1,4 +1,4 @@
-use countersign_domain::{Proposal, ProposalState};
+use countersign_domain::{Proposal, ProposalSpec, ProposalState};
 use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
 
 use super::{review, scope};
@@ -110,8 +110,8 @@ pub async fn insert(
     let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13)
+             trace_parent, submitted_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13, $14)
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&row.id)
@@ -127,6 +127,7 @@ pub async fn insert(
     .bind(&new.submitted_by)
     .bind(now)
     .bind(&new.trace_parent)
+    .bind(&new.submitted_key)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
@@ -161,22 +162,59 @@ pub async fn get(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Proposa
     Ok(proposal)
 }
 
+/// The earlier proposal holding `spec`'s idempotency key (see
+/// `Store::find_idempotent`).
+#[tracing::instrument(name = "store.postgres.find_idempotent", skip(pool, spec))]
+pub async fn find_idempotent(
+    pool: &PgPool,
+    tenant: &str,
+    spec: &ProposalSpec,
+) -> Result<Option<Proposal>> {
+    if spec.idempotency_key.is_empty() {
+        return Ok(None);
+    }
+    let mut tx = scope::tenant(pool, tenant).await?;
+    let earlier: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
+    )
+    .bind(tenant)
+    .bind(&spec.idempotency_key)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    crate::types::same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    let proposal = fetch(&mut tx, tenant, &earlier_id).await?;
+    tx.commit().await?;
+    Ok(proposal)
+}
+
 #[tracing::instrument(name = "store.postgres.cancel_proposal", skip(pool, reason))]
 pub async fn cancel(
     pool: &PgPool,
     tenant: &str,
     id: &str,
     reason: &str,
+    key: Option<&str>,
 ) -> Result<(Proposal, StoreEvent)> {
     let mut tx = scope::tenant(pool, tenant).await?;
     let row = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
-         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing') RETURNING *",
+         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing')
+           AND ($5::text IS NULL OR submitted_key = $5)
+         RETURNING *",
     )
     .bind(reason)
     .bind(now_ms())
     .bind(tenant)
     .bind(id)
+    .bind(key)
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(row) = row {
@@ -187,11 +225,19 @@ pub async fn cancel(
             StoreEvent::changed_to(tenant, id, ProposalState::Cancelled),
         ));
     }
-    match fetch(&mut tx, tenant, id).await? {
-        None => Err(StoreError::NotFound(format!("proposal `{id}`"))),
-        Some(current) => Err(StoreError::FailedPrecondition(format!(
-            "proposal {id} is already {} and can no longer be cancelled",
-            current.state
-        ))),
-    }
+    let current: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT state, submitted_key FROM proposals WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((state, submitted_key)) = current else {
+        return Err(StoreError::NotFound(format!("proposal `{id}`")));
+    };
+    Err(crate::types::not_cancelled(
+        id,
+        &state,
+        submitted_key.as_deref(),
+        key,
+    ))
 }

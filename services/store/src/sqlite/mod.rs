@@ -19,7 +19,7 @@ use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, Sop, Target, TargetStatus,
+    Decision, Event, EventHorizon, Millis, Proposal, ProposalSpec, Sop, Target, TargetStatus,
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
@@ -251,8 +251,19 @@ impl Store for SqliteStore {
         proposals::get(&self.reader, tenant, id).await
     }
 
-    async fn cancel_proposal(&self, tenant: &str, id: &str, reason: &str) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(self.writer.pool(), tenant, id, reason).await?;
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        proposals::find_idempotent(&self.reader, tenant, spec).await
+    }
+
+    async fn cancel_proposal_by(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (proposal, event) =
+            proposals::cancel(self.writer.pool(), tenant, id, reason, key).await?;
         self.publish(Some(event));
         Ok(proposal)
     }

@@ -1,6 +1,6 @@
 use std::collections::HashSet;
 
-use countersign_domain::{Millis, Proposal, ProposalState};
+use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{events, review};
@@ -59,10 +59,11 @@ pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 /// one earlier in the array, leaves its row out.
 const INSERT_ROWS: &str = "
 INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
-    spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent)
+    spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent,
+    submitted_key)
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
        value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
-       value ->> 11, value ->> 11, value ->> 12
+       value ->> 11, value ->> 11, value ->> 12, value ->> 13
 FROM json_each(?1) WHERE true
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
@@ -84,6 +85,7 @@ fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
         new.submitted_by,
         now,
         new.trace_parent,
+        new.submitted_key,
     ])
 }
 
@@ -197,21 +199,56 @@ pub async fn get(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Pro
     fetch(&mut conn, tenant, id).await
 }
 
+/// The earlier proposal holding `spec`'s idempotency key (see
+/// `Store::find_idempotent`).
+#[tracing::instrument(name = "store.sqlite.find_idempotent", skip(pool, spec))]
+pub async fn find_idempotent(
+    pool: &SqlitePool,
+    tenant: &str,
+    spec: &ProposalSpec,
+) -> Result<Option<Proposal>> {
+    if spec.idempotency_key.is_empty() {
+        return Ok(None);
+    }
+    let mut conn = pool.acquire().await?;
+    let earlier: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
+    )
+    .bind(tenant)
+    .bind(&spec.idempotency_key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    crate::types::same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    fetch(&mut conn, tenant, &earlier_id).await
+}
+
 #[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(pool, reason))]
 pub async fn cancel(
     pool: &SqlitePool,
     tenant: &str,
     id: &str,
     reason: &str,
+    key: Option<&str>,
 ) -> Result<(Proposal, StoreEvent)> {
     let row = sqlx::query(
         "UPDATE proposals SET state = 'cancelled', cancel_reason = ?, updated_at = ?
-         WHERE tenant = ? AND id = ? AND state IN ('pending', 'reviewing') RETURNING *",
+         WHERE tenant = ? AND id = ? AND state IN ('pending', 'reviewing')
+           AND (?5 IS NULL OR submitted_key = ?5)
+         RETURNING *",
     )
     .bind(reason)
     .bind(now_ms())
     .bind(tenant)
     .bind(id)
+    .bind(key)
     .fetch_optional(pool)
     .await?;
     if let Some(row) = row {
@@ -221,12 +258,19 @@ pub async fn cancel(
             events::signal(tenant, id, ProposalState::Cancelled),
         ));
     }
-    let mut conn = pool.acquire().await?;
-    match fetch(&mut conn, tenant, id).await? {
-        None => Err(StoreError::NotFound(format!("proposal `{id}`"))),
-        Some(current) => Err(StoreError::FailedPrecondition(format!(
-            "proposal {id} is already {} and can no longer be cancelled",
-            current.state
-        ))),
-    }
+    let current: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT state, submitted_key FROM proposals WHERE tenant = ? AND id = ?")
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    let Some((state, submitted_key)) = current else {
+        return Err(StoreError::NotFound(format!("proposal `{id}`")));
+    };
+    Err(crate::types::not_cancelled(
+        id,
+        &state,
+        submitted_key.as_deref(),
+        key,
+    ))
 }

@@ -170,5 +170,5 @@ pub fn rejection(
         decided_at: countersign_domain::now_ms(),
         latency_ms: 3,
     };
-    countersign_domain::review::decide(&verdict, spec, stamp)
+    countersign_domain::review::decide(&verdict, &spec.into(), stamp)
 }

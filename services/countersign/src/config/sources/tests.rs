@@ -220,6 +220,7 @@ fn the_documented_flat_variable_names_keep_their_keys() {
         ("COUNTERSIGN_EVENT_RETENTION", "watch.retention"),
         ("COUNTERSIGN_SUPPRESSION_CAPACITY", "suppression.capacity"),
         ("COUNTERSIGN_SUPPRESSION_TTL", "suppression.ttl"),
+        ("COUNTERSIGN_SUPPRESSION_MAX_BYTES", "suppression.max_bytes"),
         ("COUNTERSIGN_SIGNING_KEY", "audit.signing_key"),
         ("COUNTERSIGN_SIGNING_KEY_FILE", "audit.signing_key_file"),
         ("COUNTERSIGN_CHECKPOINT_EVERY", "audit.checkpoint_every"),
@@ -236,10 +237,12 @@ fn the_documented_flat_variable_names_keep_their_keys() {
             ("COUNTERSIGN_EVENT_RETENTION", "2d"),
             ("COUNTERSIGN_DATA_DIR", "/srv/cs"),
             ("COUNTERSIGN_ROLE", "api"),
+            ("COUNTERSIGN_SUPPRESSION_MAX_BYTES", "1048576"),
         ]),
         Vec::new(),
     )
     .unwrap();
+    assert_eq!(config.suppression.max_bytes, 1_048_576);
     assert_eq!(config.review.workers, Some(5));
     assert_eq!(config.api.rate_limit_burst.get(), 77);
     assert_eq!(config.watch.retention, Duration::from_secs(2 * 86_400));
