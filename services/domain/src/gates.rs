@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::{
     Millis,
     decision::GateResult,
-    proposal::{BlastRadius, ProposalSpec},
+    proposal::{BlastRadius, OperationClass, ProposalSpec},
     reference::{Sop, Target, TargetStatus, TenantPolicy},
     state::ProposalState,
 };
@@ -34,16 +34,18 @@ pub const GATES: [&str; 5] = [
     BLAST_RADIUS,
 ];
 
-/// What the gates see of a proposal's spec: every field any gate reads, and
-/// nothing else. [`ReviewFacts`] carries this, not the spec, so a gate cannot
-/// read a field that is not here; the suppression fingerprint hashes all of it
-/// (`suppression::fingerprint`), so whatever the gates read, the fingerprint
-/// covers. The spec's free text (reason, context summary, incident id,
-/// labels, operator, idempotency key) and its class are not here: no gate
-/// reads them.
+/// What the review sees of a proposal's spec: every field a gate or a route
+/// reads, and nothing else. [`ReviewFacts`] carries this, not the spec, so a
+/// gate cannot read a field that is not here; the suppression fingerprint
+/// hashes all of it (`suppression::fingerprint`), so whatever the review
+/// reads, the fingerprint covers. The class is here for the routes, which
+/// match on it. The spec's free text (reason, context summary, incident id,
+/// labels, operator, idempotency key) is not: nothing in a review reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GateSpec {
     pub action: String,
+    #[serde(with = "crate::proposal::by_name::class")]
+    pub class: OperationClass,
     pub target: String,
     #[serde(with = "crate::proposal::by_name::blast_radius")]
     pub blast_radius: BlastRadius,
@@ -58,7 +60,7 @@ impl From<&ProposalSpec> for GateSpec {
         // here: read by the gates (and so fingerprinted), or not.
         let ProposalSpec {
             action,
-            class: _,
+            class,
             target,
             parameters: _,
             reason: _,
@@ -73,6 +75,7 @@ impl From<&ProposalSpec> for GateSpec {
         } = spec;
         GateSpec {
             action: action.clone(),
+            class: *class,
             target: target.clone(),
             blast_radius: *blast_radius,
             rollback_plan: rollback_plan.trim().to_owned(),

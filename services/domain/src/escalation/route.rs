@@ -5,8 +5,9 @@ use std::{cmp::Ordering, collections::BTreeMap};
 
 use crate::{
     Millis,
+    gates::GateSpec,
     gates::{BLAST_RADIUS, GATES, NO_PARALLEL_OPERATION, ROLLBACK, SOP, TARGET_STATE},
-    proposal::{BlastRadius, OperationClass, ProposalSpec},
+    proposal::{BlastRadius, OperationClass},
     role::Role,
     validation::{FieldError, MAX_ACTION, labels_ok, validate_sop_id},
 };
@@ -39,7 +40,7 @@ pub struct RouteMatch {
 impl RouteMatch {
     /// Whether a proposal with `spec`, on a target carrying `target_labels`
     /// (none for an unknown target), is matched.
-    pub fn matches(&self, spec: &ProposalSpec, target_labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, spec: &GateSpec, target_labels: &BTreeMap<String, String>) -> bool {
         (self.actions.is_empty() || self.actions.iter().any(|g| glob_matches(g, &spec.action)))
             && (self.classes.is_empty() || self.classes.contains(&spec.class))
             && (self.blast_radii.is_empty() || self.blast_radii.contains(&spec.blast_radius))
@@ -79,7 +80,7 @@ pub struct Route {
 }
 
 impl Route {
-    pub fn matches(&self, spec: &ProposalSpec, target_labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, spec: &GateSpec, target_labels: &BTreeMap<String, String>) -> bool {
         self.matcher.matches(spec, target_labels)
     }
 
@@ -281,7 +282,7 @@ pub fn strictest<'a>(routes: impl IntoIterator<Item = &'a Route>) -> Option<&'a 
 /// The route that applies to a proposal: the strictest of those that match it.
 pub fn route_for<'a>(
     routes: &'a [Route],
-    spec: &ProposalSpec,
+    spec: &GateSpec,
     target_labels: &BTreeMap<String, String>,
 ) -> Option<&'a Route> {
     strictest(routes.iter().filter(|r| r.matches(spec, target_labels)))

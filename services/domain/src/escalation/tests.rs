@@ -6,7 +6,7 @@ use super::{route::DEFAULT_EXPIRES_AFTER_MS, *};
 use crate::{
     DecisionOutcome, Millis, ProposalState, Role, ServiceError,
     error::ErrorKind,
-    gates::{self, GATES, HUMAN, OtherOperation, ReviewFacts},
+    gates::{self, GATES, GateSpec, HUMAN, OtherOperation, ReviewFacts},
     proposal::{BlastRadius, OperationClass, ProposalSpec},
     reference::{Sop, Target, TargetStatus, TenantPolicy},
     review::ReviewStamp,
@@ -204,7 +204,7 @@ fn globs_match_runs_and_single_characters() {
 
 #[test]
 fn an_empty_match_matches_everything_and_each_part_narrows_it() {
-    let s = spec();
+    let s = GateSpec::from(&spec());
     let target = labels(&[("env", "production"), ("cluster", "eu-1")]);
     let mut r = validate_route(input("r")).unwrap();
     assert!(r.matches(&s, &target));
@@ -250,11 +250,13 @@ fn the_strictest_route_has_most_approvals_then_shortest_expiry_then_lowest_id() 
     narrow.matcher.actions = vec!["host_*".into()];
     let routes = [a.clone(), b.clone(), narrow];
     assert_eq!(
-        route_for(&routes, &spec(), &BTreeMap::new()).unwrap().id,
+        route_for(&routes, &GateSpec::from(&spec()), &BTreeMap::new())
+            .unwrap()
+            .id,
         "b",
         "only routes that match compete"
     );
-    assert!(route_for(&routes[2..], &spec(), &BTreeMap::new()).is_none());
+    assert!(route_for(&routes[2..], &GateSpec::from(&spec()), &BTreeMap::new()).is_none());
 }
 
 // ---- after the gates ------------------------------------------------------
@@ -262,7 +264,7 @@ fn the_strictest_route_has_most_approvals_then_shortest_expiry_then_lowest_id() 
 fn facts() -> ReviewFacts {
     ReviewFacts {
         proposal_id: "P5".into(),
-        spec: spec(),
+        spec: GateSpec::from(&spec()),
         created_at: NOW - 1000,
         policy: TenantPolicy::default(),
         sops: vec![Sop {

@@ -48,6 +48,7 @@ fn facts() -> ReviewFacts {
         proposal_id: "P5".into(),
         spec: GateSpec {
             action: "host_restart_service".into(),
+            class: OperationClass::Write,
             target: "node-01".into(),
             blast_radius: BlastRadius::SingleDevice,
             rollback_plan: String::new(),
@@ -375,6 +376,7 @@ fn the_gates_view_of_a_spec_is_the_fields_they_read() {
         GateSpec::from(&spec),
         GateSpec {
             action: "host_restart_service".into(),
+            class: spec.class,
             target: "node-01".into(),
             blast_radius: BlastRadius::Cluster,
             rollback_plan: "reboot node-01".into(),

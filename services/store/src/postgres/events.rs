@@ -159,11 +159,9 @@ pub async fn horizon(pool: &PgPool, tenant: Option<&str>) -> Result<EventHorizon
         Some(tenant) => {
             let mut tx = scope::tenant(pool, tenant).await?;
             let horizon = sqlx::query_as(
-                "SELECT COALESCE(h.pruned_through, 0),
-                        GREATEST((SELECT MAX(tenant_cursor) FROM events WHERE tenant = $1),
-                                 h.numbered_after, 0)
-                 FROM (SELECT 1) AS one
-                 LEFT JOIN tenant_event_horizons AS h ON h.tenant = $1",
+                "SELECT COALESCE((SELECT pruned_through FROM tenant_event_retention
+                                  WHERE tenant = $1), 0),
+                        COALESCE((SELECT latest FROM tenant_event_cursors WHERE tenant = $1), 0)",
             )
             .bind(tenant)
             .fetch_one(&mut *tx)
@@ -234,7 +232,7 @@ async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     let deleted: i64 = sqlx::query_scalar(
         "WITH gone AS (DELETE FROM events WHERE cursor <= $1 RETURNING tenant, tenant_cursor),
               marked AS (
-                  INSERT INTO tenant_event_horizons AS h (tenant, pruned_through)
+                  INSERT INTO tenant_event_retention AS h (tenant, pruned_through)
                   SELECT tenant, MAX(tenant_cursor) FROM gone GROUP BY tenant ORDER BY tenant
                   ON CONFLICT (tenant) DO UPDATE
                   SET pruned_through = GREATEST(h.pruned_through, EXCLUDED.pruned_through))

@@ -130,10 +130,9 @@ pub async fn after(
 pub async fn horizon(pool: &SqlitePool, tenant: Option<&str>) -> Result<EventHorizon> {
     let query = match tenant {
         Some(tenant) => sqlx::query_as(
-            "SELECT COALESCE(h.pruned_through, 0),
-                    MAX(COALESCE((SELECT MAX(tenant_cursor) FROM events WHERE tenant = ?1), 0),
-                        COALESCE(h.pruned_through, 0), COALESCE(h.numbered_after, 0))
-             FROM (SELECT 1) LEFT JOIN tenant_event_horizons AS h ON h.tenant = ?1",
+            "SELECT COALESCE((SELECT pruned_through FROM tenant_event_retention
+                              WHERE tenant = ?1), 0),
+                    COALESCE((SELECT latest FROM tenant_event_cursors WHERE tenant = ?1), 0)",
         )
         .bind(tenant),
         None => sqlx::query_as(
@@ -173,7 +172,7 @@ pub async fn prune(writer: &SqlitePool, created_before: Millis) -> Result<u64> {
 /// up to a log position (`?`): the pruned part of the log is a prefix, so of
 /// each tenant's too. NOT INDEXED: read by cursor, only those events; by the
 /// tenant index (SQLite's choice for the grouping), the whole log.
-const MARK_PRUNED: &str = "INSERT INTO tenant_event_horizons (tenant, pruned_through)
+const MARK_PRUNED: &str = "INSERT INTO tenant_event_retention (tenant, pruned_through)
      SELECT tenant, MAX(tenant_cursor) FROM events NOT INDEXED WHERE cursor <= ?
      GROUP BY tenant
      ON CONFLICT (tenant) DO UPDATE
