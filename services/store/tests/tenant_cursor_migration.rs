@@ -87,6 +87,7 @@ async fn assert_numbered_on(store: DynStore) {
                 tenant: tenant.into(),
                 spec: spec(),
                 submitted_by: "tester".into(),
+                submitted_key: None,
                 trace_parent: None,
             })
             .await
@@ -108,6 +109,7 @@ async fn assert_numbered_on(store: DynStore) {
             tenant: new_tenant.name.clone(),
             spec: spec(),
             submitted_by: "tester".into(),
+            submitted_key: None,
             trace_parent: None,
         })
         .await

@@ -51,6 +51,8 @@ fn rejected(id: &str) -> Proposal {
             sequence: 1,
             digest: "ab".into(),
             review_latency_ms: 1,
+            route_id: None,
+            votes: Vec::new(),
         }),
         suppressed_retries: 0,
         cancel_reason: None,
