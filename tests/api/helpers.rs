@@ -4,7 +4,10 @@ use std::{net::SocketAddr, sync::Arc};
 
 use countersign::client::BearerAuth;
 use countersign_api::{ApiConfig, Application};
-use countersign_domain::{BlastRadius, Role, TargetStatus, audit::SigningKey, reference::SopInput};
+use countersign_domain::{
+    BlastRadius, Event, Role, TargetStatus, audit::SigningKey, gates::ReviewFacts,
+    reference::SopInput,
+};
 use countersign_proto::{
     convert::json_to_struct,
     v1::{
@@ -15,7 +18,7 @@ use countersign_proto::{
 };
 use countersign_queue::{DynQueue, EmbeddedQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewApiKey, SqliteStore, Store};
+use countersign_store::{BeginReview, DynStore, NewApiKey, ReviewKey, SqliteStore, Store};
 use tokio::sync::oneshot;
 use tonic::{
     Status,
@@ -138,6 +141,45 @@ impl TestApp {
             reviewers.shutdown().await;
         }
         self.dir.take().expect("a running app has its directory")
+    }
+
+    /// Begins one review, as a reviewer begins a batch of them.
+    pub async fn begin_review(&self, tenant: &str, id: &str) -> BeginReview {
+        let key = ReviewKey {
+            tenant: tenant.into(),
+            id: id.into(),
+        };
+        let mut begun = self.store.begin_reviews(&[key]).await.unwrap();
+        assert_eq!(begun.len(), 1, "one answer per review");
+        begun.remove(0)
+    }
+
+    /// One proposal's facts, as a reviewer gathers a batch's.
+    pub async fn review_facts(&self, proposal: &countersign_domain::Proposal) -> ReviewFacts {
+        let mut facts = self
+            .store
+            .review_facts_many(std::slice::from_ref(proposal))
+            .await
+            .unwrap();
+        assert_eq!(facts.len(), 1, "one answer per proposal");
+        facts.remove(0).unwrap()
+    }
+
+    /// A tenant's logged events, oldest first, as its watchers read them.
+    pub async fn tenant_events(&self, tenant: &str) -> Vec<Event> {
+        let events = self
+            .store
+            .events_after(0, Some(tenant), 10_000)
+            .await
+            .unwrap();
+        assert!(events.len() < 10_000, "the whole log in one page");
+        events
+    }
+
+    /// One proposal's logged events, oldest first.
+    pub async fn proposal_events(&self, tenant: &str, id: &str) -> Vec<Event> {
+        let events = self.tenant_events(tenant).await;
+        events.into_iter().filter(|e| e.proposal.id == id).collect()
     }
 
     /// A second connection to the database, beside the store.

@@ -182,7 +182,7 @@ impl Worker {
         }
 
         let keys: Vec<ReviewKey> = fresh.iter().map(|&i| key(&leases[i])).collect();
-        match self.store.begin_reviews(&keys, &self.id).await {
+        match self.store.begin_reviews(&keys).await {
             Err(error) => {
                 for &i in &fresh {
                     steps[i] = Some(Step::Retry(

@@ -9,34 +9,6 @@ pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEve
     StoreEvent::changed_to(tenant, proposal_id, state)
 }
 
-pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
-    let rows = sqlx::query(
-        "SELECT cursor, tenant, proposal_id, kind, state FROM events
-         WHERE tenant = ? AND proposal_id = ? ORDER BY cursor",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            let kind: String = row.try_get("kind")?;
-            let state: String = row.try_get("state")?;
-            Ok(StoreEvent {
-                cursor: Some(row.try_get("cursor")?),
-                tenant: row.try_get("tenant")?,
-                proposal_id: row.try_get("proposal_id")?,
-                kind: kind
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.kind: {e}")))?,
-                state: state
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.state: {e}")))?,
-            })
-        })
-        .collect()
-}
-
 const AFTER_ALL: &str = "SELECT e.cursor AS ev_cursor, e.kind AS ev_kind, e.state AS ev_state,
         e.created_at AS ev_at, p.*
      FROM events e CROSS JOIN proposals p ON p.id = e.proposal_id
