@@ -72,7 +72,12 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
     let begun = app.begin_review("acme", &id).await;
     assert!(matches!(begun, BeginReview::Reviewing { .. }));
 
-    let reviewers = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(2));
+    let reviewers = Reviewers::start(
+        app.store.clone(),
+        app.queue.clone(),
+        test_reviewers(2),
+        &app.shutdown,
+    );
     let p = app
         .await_decision(&key, &id, Duration::from_secs(10))
         .await
@@ -90,7 +95,12 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
 #[tokio::test]
 async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
     let app = TestApp::spawn_reviewing(4).await;
-    let rival = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(4));
+    let rival = Reviewers::start(
+        app.store.clone(),
+        app.queue.clone(),
+        test_reviewers(4),
+        &app.shutdown,
+    );
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
     let mut ids = Vec::new();

@@ -19,7 +19,7 @@ use countersign_proto::{
 use countersign_queue::{DynQueue, EmbeddedQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{BeginReview, DynStore, NewApiKey, ReviewKey, SqliteStore, Store};
-use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tonic::{
     Status,
     service::interceptor::InterceptedService,
@@ -34,16 +34,15 @@ pub struct TestApp {
     pub queue: DynQueue,
     /// The database file, for tests that reach under the store (corruption).
     pub db_path: std::path::PathBuf,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// The app's shutdown token: the API and the reviewers hold children of it.
+    pub shutdown: CancellationToken,
     reviewers: Option<Reviewers>,
     dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.cancel();
     }
 }
 
@@ -104,9 +103,10 @@ impl TestApp {
         store.migrate().await.expect("migrate");
         let queue: DynQueue = Arc::new(EmbeddedQueue::new(store.writer()));
         let store: DynStore = Arc::new(store);
+        let shutdown = CancellationToken::new();
         let reviewers = options
             .reviewers
-            .map(|config| Reviewers::start(store.clone(), queue.clone(), config));
+            .map(|config| Reviewers::start(store.clone(), queue.clone(), config, &shutdown));
         let mut config = ApiConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             signing_key: Some(test_signing_key()),
@@ -117,16 +117,13 @@ impl TestApp {
             .await
             .expect("bind");
         let addr = app.local_addr();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(app.run_until_stopped(async move {
-            let _ = rx.await;
-        }));
+        tokio::spawn(app.run_until_stopped(shutdown.child_token()));
         TestApp {
             addr,
             store,
             queue,
             db_path,
-            shutdown: Some(tx),
+            shutdown,
             reviewers,
             dir: Some(dir),
         }
@@ -134,9 +131,7 @@ impl TestApp {
 
     /// Stops the server and its reviewers, handing back the data directory.
     pub async fn stop(mut self) -> tempfile::TempDir {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.cancel();
         if let Some(reviewers) = self.reviewers.take() {
             reviewers.shutdown().await;
         }
