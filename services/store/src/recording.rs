@@ -1,8 +1,8 @@
 //! Recording a batch of review results: the part both backends share. Each
 //! backend reads, inside the transaction that writes the decisions, every
 //! proposal of the batch as it is then ([`Found`]) and, after the state
-//! changes, the breaker rows of the rejected proposals' operators
-//! ([`BreakerRow`]); what to write is decided here, by the domain's rules
+//! changes, the rejected proposals' operators' breakers ([`Breakers`]) and
+//! recent rejections; what to write is decided here, by the domain's rules
 //! ([`commit::recording`], [`BreakerRule::tripping`]).
 
 use std::collections::HashMap;

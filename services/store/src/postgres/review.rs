@@ -416,7 +416,7 @@ async fn lock_tenant(
 
     let mut found = HashMap::with_capacity(rows.len());
     for (id, state, target, operator) in rows {
-        let approval = approvals.remove(&id);
+        let approval = approvals.get(&id).cloned();
         let proposal = Found::parse(&id, &state, target, operator, approval)?;
         found.insert(id, proposal);
     }

@@ -1,7 +1,5 @@
 //! Suppressed retries and operator breakers.
 
-use std::collections::HashSet;
-
 use countersign_domain::Millis;
 use sqlx::SqlitePool;
 
@@ -70,7 +68,8 @@ WHERE tenant = ?1 AND operator IN (SELECT value FROM json_each(?2)) AND state = 
 /// more their rejections of the window.
 pub fn log_trips(conn: &rusqlite::Connection, writes: &[Write<'_>], now: Millis) -> Result<()> {
     let rejected: Vec<&Write<'_>> = writes.iter().filter(|w| w.rejects()).collect();
-    let mut tripped = HashSet::new();
+    // Indices into `rejected` of the rejections that trip.
+    let mut tripped = Vec::new();
     for (tenant, indices) in by_tenant(&rejected, |w| w.key.tenant.as_str()) {
         let group: Vec<(&str, &str)> = indices
             .iter()
@@ -96,21 +95,21 @@ pub fn log_trips(conn: &rusqlite::Connection, writes: &[Write<'_>], now: Millis)
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        let ids = breakers.trips(rejections, &group, now);
         tripped.extend(
-            breakers
-                .trips(rejections, &group, now)
+            indices
                 .into_iter()
-                .map(|id| (tenant.clone(), id)),
+                .filter(|&i| ids.contains(&rejected[i].key.id)),
         );
     }
     if tripped.is_empty() {
         return Ok(());
     }
     // In the batch's order.
-    let tripped: Vec<[&str; 2]> = rejected
-        .iter()
-        .map(|w| [w.key.tenant.as_str(), w.key.id.as_str()])
-        .filter(|[tenant, id]| tripped.contains(&((*tenant).to_owned(), (*id).to_owned())))
+    tripped.sort_unstable();
+    let tripped: Vec<[&str; 2]> = tripped
+        .into_iter()
+        .map(|i| [rejected[i].key.tenant.as_str(), rejected[i].key.id.as_str()])
         .collect();
     conn.prepare_cached(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
