@@ -3,21 +3,22 @@
 
 use std::time::Duration;
 
+use countersign_domain::Event;
 use countersign_domain::{
     Role,
     review::{self, ReviewStamp},
 };
 use countersign_proto::v1::ProposalState;
 use countersign_reviewer::Reviewers;
-use countersign_store::{BeginReview, DynStore, NewProposal, RecordOutcome, StoreEvent};
+use countersign_store::{BeginReview, DynStore, NewProposal, RecordOutcome};
 
 use crate::helpers::{Options, TestApp, test_reviewers, valid_spec};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// The terminal events of one proposal (there must be exactly one).
-fn terminal(events: &[StoreEvent]) -> usize {
-    events.iter().filter(|e| e.kind.is_terminal()).count()
+fn terminal<'a>(events: impl IntoIterator<Item = &'a Event>) -> usize {
+    events.into_iter().filter(|e| e.kind.is_terminal()).count()
 }
 
 async fn decisions(app: &TestApp) -> i64 {
@@ -68,16 +69,21 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
         .await
         .unwrap();
     assert_eq!(leases.len(), 1);
-    let begun = app.store.begin_review("acme", &id, "doomed").await.unwrap();
+    let begun = app.begin_review("acme", &id).await;
     assert!(matches!(begun, BeginReview::Reviewing { .. }));
 
-    let reviewers = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(2));
+    let reviewers = Reviewers::start(
+        app.store.clone(),
+        app.queue.clone(),
+        test_reviewers(2),
+        &app.shutdown,
+    );
     let p = app
         .await_decision(&key, &id, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(p.state, ProposalState::Approved as i32);
-    let events = app.store.proposal_events("acme", &id).await.unwrap();
+    let events = app.proposal_events("acme", &id).await;
     let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["SUBMITTED", "REVIEW_STARTED", "APPROVED"]);
     assert_eq!(decisions(&app).await, 1);
@@ -89,7 +95,12 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
 #[tokio::test]
 async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
     let app = TestApp::spawn_reviewing(4).await;
-    let rival = Reviewers::start(app.store.clone(), app.queue.clone(), test_reviewers(4));
+    let rival = Reviewers::start(
+        app.store.clone(),
+        app.queue.clone(),
+        test_reviewers(4),
+        &app.shutdown,
+    );
     app.seed_reference("acme").await;
     let key = app.key("acme", Role::Coordinator).await;
     let mut ids = Vec::new();
@@ -101,9 +112,10 @@ async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
         ids.push(app.submit_id(&key, spec).await);
     }
     wait_until_all_terminal(&app.store, "acme", &ids).await;
+    let log = app.tenant_events("acme").await;
     for id in &ids {
-        let events = app.store.proposal_events("acme", id).await.unwrap();
-        assert_eq!(terminal(&events), 1, "{id}: {events:?}");
+        let events: Vec<&Event> = log.iter().filter(|e| &e.proposal.id == id).collect();
+        assert_eq!(terminal(events.iter().copied()), 1, "{id}: {events:?}");
         assert_eq!(
             events
                 .iter()
@@ -126,11 +138,11 @@ async fn a_cancel_that_wins_the_race_discards_the_late_result() {
         proposal,
         started_at,
         ..
-    } = app.store.begin_review("acme", &id, "w").await.unwrap()
+    } = app.begin_review("acme", &id).await
     else {
         panic!("should be reviewable")
     };
-    let facts = app.store.review_facts(&proposal).await.unwrap();
+    let facts = app.review_facts(&proposal).await;
     let verdict = countersign_domain::gates::evaluate(&facts);
     assert!(verdict.approves());
 
@@ -152,7 +164,13 @@ async fn a_cancel_that_wins_the_race_discards_the_late_result() {
     assert_eq!(p.state, ProposalState::Cancelled as i32);
     assert!(p.decision.is_none());
     assert_eq!(decisions(&app).await, 0);
-    assert_eq!(app.store.discarded_results("acme", &id).await.unwrap(), 1);
+    let logged: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM discarded_results WHERE proposal_id = ?")
+            .bind(&id)
+            .fetch_one(&app.raw_db().await)
+            .await
+            .unwrap();
+    assert_eq!(logged, 1, "the late result is logged");
 }
 
 #[tokio::test]
@@ -169,10 +187,11 @@ async fn cancels_racing_live_reviewers_leave_either_a_cancel_or_one_decision() {
         ids.push(id);
     }
     wait_until_all_terminal(&app.store, "acme", &ids).await;
+    let log = app.tenant_events("acme").await;
     for id in &ids {
         let p = app.get(&key, id).await.unwrap();
-        let events = app.store.proposal_events("acme", id).await.unwrap();
-        assert_eq!(terminal(&events), 1, "{events:?}");
+        let events: Vec<&Event> = log.iter().filter(|e| &e.proposal.id == id).collect();
+        assert_eq!(terminal(events.iter().copied()), 1, "{events:?}");
         if p.state == ProposalState::Cancelled as i32 {
             assert!(p.decision.is_none());
         } else {
@@ -252,11 +271,9 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
     .await;
     wait_until_all_terminal(&app.store, "acme", &ids).await;
     assert_eq!(decisions(&app).await, 1000);
+    let log = app.tenant_events("acme").await;
     for id in &ids {
-        assert_eq!(
-            terminal(&app.store.proposal_events("acme", id).await.unwrap()),
-            1
-        );
+        assert_eq!(terminal(log.iter().filter(|e| &e.proposal.id == id)), 1);
     }
     assert_eq!(app.queue.depth().await.unwrap(), 0);
 }

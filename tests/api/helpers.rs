@@ -4,7 +4,10 @@ use std::{net::SocketAddr, sync::Arc};
 
 use countersign::client::BearerAuth;
 use countersign_api::{ApiConfig, Application};
-use countersign_domain::{BlastRadius, Role, TargetStatus, audit::SigningKey, reference::SopInput};
+use countersign_domain::{
+    BlastRadius, Event, Role, TargetStatus, audit::SigningKey, gates::ReviewFacts,
+    reference::SopInput,
+};
 use countersign_proto::{
     convert::json_to_struct,
     v1::{
@@ -15,8 +18,8 @@ use countersign_proto::{
 };
 use countersign_queue::{DynQueue, EmbeddedQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewApiKey, SqliteStore, Store};
-use tokio::sync::oneshot;
+use countersign_store::{BeginReview, DynStore, NewApiKey, ReviewKey, SqliteStore, Store};
+use tokio_util::sync::CancellationToken;
 use tonic::{
     Status,
     service::interceptor::InterceptedService,
@@ -31,16 +34,15 @@ pub struct TestApp {
     pub queue: DynQueue,
     /// The database file, for tests that reach under the store (corruption).
     pub db_path: std::path::PathBuf,
-    shutdown: Option<oneshot::Sender<()>>,
+    /// The app's shutdown token: the API and the reviewers hold children of it.
+    pub shutdown: CancellationToken,
     reviewers: Option<Reviewers>,
     dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.cancel();
     }
 }
 
@@ -101,9 +103,10 @@ impl TestApp {
         store.migrate().await.expect("migrate");
         let queue: DynQueue = Arc::new(EmbeddedQueue::new(store.writer()));
         let store: DynStore = Arc::new(store);
+        let shutdown = CancellationToken::new();
         let reviewers = options
             .reviewers
-            .map(|config| Reviewers::start(store.clone(), queue.clone(), config));
+            .map(|config| Reviewers::start(store.clone(), queue.clone(), config, &shutdown));
         let mut config = ApiConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             signing_key: Some(test_signing_key()),
@@ -114,16 +117,13 @@ impl TestApp {
             .await
             .expect("bind");
         let addr = app.local_addr();
-        let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(app.run_until_stopped(async move {
-            let _ = rx.await;
-        }));
+        tokio::spawn(app.run_until_stopped(shutdown.child_token()));
         TestApp {
             addr,
             store,
             queue,
             db_path,
-            shutdown: Some(tx),
+            shutdown,
             reviewers,
             dir: Some(dir),
         }
@@ -131,13 +131,50 @@ impl TestApp {
 
     /// Stops the server and its reviewers, handing back the data directory.
     pub async fn stop(mut self) -> tempfile::TempDir {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.cancel();
         if let Some(reviewers) = self.reviewers.take() {
             reviewers.shutdown().await;
         }
         self.dir.take().expect("a running app has its directory")
+    }
+
+    /// Begins one review, as a reviewer begins a batch of them.
+    pub async fn begin_review(&self, tenant: &str, id: &str) -> BeginReview {
+        let key = ReviewKey {
+            tenant: tenant.into(),
+            id: id.into(),
+        };
+        let mut begun = self.store.begin_reviews(&[key]).await.unwrap();
+        assert_eq!(begun.len(), 1, "one answer per review");
+        begun.remove(0)
+    }
+
+    /// One proposal's facts, as a reviewer gathers a batch's.
+    pub async fn review_facts(&self, proposal: &countersign_domain::Proposal) -> ReviewFacts {
+        let mut facts = self
+            .store
+            .review_facts_many(std::slice::from_ref(proposal))
+            .await
+            .unwrap();
+        assert_eq!(facts.len(), 1, "one answer per proposal");
+        facts.remove(0).unwrap()
+    }
+
+    /// A tenant's logged events, oldest first, as its watchers read them.
+    pub async fn tenant_events(&self, tenant: &str) -> Vec<Event> {
+        let events = self
+            .store
+            .events_after(0, Some(tenant), 10_000)
+            .await
+            .unwrap();
+        assert!(events.len() < 10_000, "the whole log in one page");
+        events
+    }
+
+    /// One proposal's logged events, oldest first.
+    pub async fn proposal_events(&self, tenant: &str, id: &str) -> Vec<Event> {
+        let events = self.tenant_events(tenant).await;
+        events.into_iter().filter(|e| e.proposal.id == id).collect()
     }
 
     /// A second connection to the database, beside the store.

@@ -3,7 +3,6 @@
 
 mod audit;
 mod auth;
-mod bench;
 mod binary;
 mod cancel;
 mod configuration;

@@ -45,10 +45,8 @@ async fn a_covered_proposal_on_an_online_target_is_approved_citing_its_sop() {
     );
     assert!(d.reviewer.starts_with("test/"), "{}", d.reviewer);
     let events: Vec<_> = app
-        .store
         .proposal_events("acme", &id)
         .await
-        .unwrap()
         .into_iter()
         .map(|e| e.kind.as_str())
         .collect();

@@ -131,10 +131,8 @@ async fn the_worker_roles_health_port_serves_both_reflection_versions() {
         .await
         .unwrap();
     let endpoint = format!("http://{}", health.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(health.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(health.run_until_stopped(stop.clone()));
     let channel = tonic::transport::Endpoint::from_shared(endpoint)
         .unwrap()
         .connect()
@@ -149,7 +147,7 @@ async fn the_worker_roles_health_port_serves_both_reflection_versions() {
             "{services:?}"
         );
     }
-    let _ = stop.send(());
+    stop.cancel();
 }
 
 /// The services a `grpc.reflection.v1alpha` client (grpcurl before 1.8.8,

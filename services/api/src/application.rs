@@ -1,7 +1,7 @@
 //! [`Application`]: binds the listener (port 0 in tests), mounts the services
 //! behind the layer stack, and serves until told to stop.
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use countersign_domain::audit::SigningKey;
 use countersign_proto::{
@@ -16,6 +16,7 @@ use countersign_proto::{
 use countersign_queue::Peers;
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Server, server::TcpIncoming};
 use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
@@ -121,18 +122,19 @@ impl Application {
         self.addr
     }
 
-    /// Serves until `shutdown` resolves; then health turns NOT_SERVING, the
-    /// listener closes and in-flight calls finish.
+    /// Serves until `shutdown` is cancelled; then health turns NOT_SERVING,
+    /// every stream ends, the listener closes and in-flight calls finish. The
+    /// API's background work (the suppression's upkeep, checkpoints) stops
+    /// with `shutdown`; the fan-out's pump with the streams.
     pub async fn run_until_stopped(
         self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
+        shutdown: CancellationToken,
     ) -> Result<(), tonic::transport::Error> {
         // Where the fan-out starts, before the first call is answered (see
         // `live_position`); a stop asked for meanwhile ends the start.
-        let mut shutdown = Box::pin(shutdown);
         let position = tokio::select! {
             position = live_position(&self.store) => position,
-            () = shutdown.as_mut() => return Ok(()),
+            () = shutdown.cancelled() => return Ok(()),
         };
         let (health, health_service, reflection) = probes(&[FILE_DESCRIPTOR_SET]);
 
@@ -172,7 +174,7 @@ impl Application {
             position,
         );
         let maintenance =
-            spawn_maintenance(suppression.clone(), self.store.clone(), fanout.closing());
+            spawn_maintenance(suppression.clone(), self.store.clone(), shutdown.clone());
         let proposals = ProposalServiceServer::new(ProposalApi::new(
             self.store.clone(),
             fanout.clone(),
@@ -195,12 +197,11 @@ impl Application {
         ))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let checkpoints = self.config.signing_key.clone().map(|key| {
-            let mut closing = fanout.closing();
             tokio::spawn(checkpoint_periodically(
                 self.store.clone(),
                 key,
                 self.config.checkpoint_every,
-                async move { closing.closed().await },
+                shutdown.clone().cancelled_owned(),
             ))
         });
 
@@ -209,7 +210,7 @@ impl Application {
 
         let reporter = health.clone();
         let signal = async move {
-            shutdown.await;
+            shutdown.cancelled().await;
             set_all(&reporter, SERVICES, ServingStatus::NotServing).await;
             // Streams never finish by themselves: end them, with their cursor.
             fanout.close();

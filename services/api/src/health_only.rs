@@ -3,9 +3,10 @@
 //! reflection, so Kubernetes gRPC probes work on every role. Every other
 //! service answers UNIMPLEMENTED.
 
-use std::{future::Future, net::SocketAddr};
+use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Server, server::TcpIncoming};
 use tonic_health::ServingStatus;
 
@@ -28,17 +29,17 @@ impl HealthOnly {
         self.addr
     }
 
-    /// Serves until `shutdown` resolves; then health turns NOT_SERVING and
+    /// Serves until `shutdown` is cancelled; then health turns NOT_SERVING and
     /// the listener closes.
     pub async fn run_until_stopped(
         self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
+        shutdown: CancellationToken,
     ) -> Result<(), tonic::transport::Error> {
         let (health, health_service, reflection) = probes(&[]);
         set_all(&health, &[""], ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, "health serving (worker role)");
         let signal = async move {
-            shutdown.await;
+            shutdown.cancelled().await;
             set_all(&health, &[""], ServingStatus::NotServing).await;
         };
         Server::builder()

@@ -238,7 +238,7 @@ async fn grow(
 pub async fn audit_query(args: &BenchArgs, q: &AuditQueryArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
-    let mut server = Server::start(args.reviewers)?;
+    let mut server = Server::start(args)?;
     let key = server.admin(&[
         "admin",
         "key",

@@ -1,7 +1,8 @@
-//! `countersign bench`: drives the real server (spawned from this binary) with
-//! the generated client and prints throughput, latency percentiles, errors by
-//! code, server RSS and CPU, beside limits measured on the same machine in the
-//! same run. Results also go to a JSON file per run.
+//! `countersign-bench`: drives the real server (`countersign serve`, started
+//! as a child process from the `countersign` binary) with the generated client
+//! and prints throughput, latency percentiles, errors by code, server RSS and
+//! CPU, beside limits measured on the same machine in the same run. Results
+//! also go to a JSON file per run.
 
 mod audit_query;
 mod baseline;
@@ -16,8 +17,12 @@ mod server;
 mod suppressed;
 mod watch_fanout;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
 pub use report::Report;
@@ -35,8 +40,37 @@ pub struct BenchArgs {
     /// How long to measure each baseline.
     #[arg(long, global = true, default_value = "2s", value_parser = humantime::parse_duration)]
     pub baseline_time: Duration,
+    /// The `countersign` binary whose `serve` is measured (default: the one
+    /// beside this executable, as `cargo build` leaves them).
+    #[arg(long, global = true, env = "COUNTERSIGN_BIN")]
+    pub countersign: Option<PathBuf>,
     #[command(flatten)]
     pub production: production::ProductionArgs,
+}
+
+impl BenchArgs {
+    /// The `countersign` binary to run: `--countersign`, or the one beside
+    /// this executable.
+    pub fn server_binary(&self) -> anyhow::Result<PathBuf> {
+        let binary = match &self.countersign {
+            Some(path) => path.clone(),
+            None => beside_this_executable("countersign")?,
+        };
+        if !binary.is_file() {
+            anyhow::bail!(
+                "no countersign binary at {}: build it first (`cargo build --release` builds it \
+                 beside countersign-bench), or name it with --countersign (COUNTERSIGN_BIN)",
+                binary.display()
+            );
+        }
+        Ok(binary)
+    }
+}
+
+fn beside_this_executable(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    Ok(dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX)))
 }
 
 #[derive(Debug, Clone, Subcommand)]

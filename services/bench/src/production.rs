@@ -72,9 +72,9 @@ fn with_database(url: &str, database: &str) -> String {
 }
 
 impl ProductionArgs {
-    /// A fresh, migrated database and a fresh Redis prefix; `None` for the
-    /// embedded default.
-    pub async fn prepare(&self) -> anyhow::Result<Option<Production>> {
+    /// A fresh database, migrated by the run's `countersign` binary, and a
+    /// fresh Redis prefix; `None` for the embedded default.
+    pub async fn prepare(&self, run: &crate::BenchArgs) -> anyhow::Result<Option<Production>> {
         if !self.production {
             return Ok(None);
         }
@@ -105,7 +105,7 @@ impl ProductionArgs {
             redis_prefix: format!("cs-bench-{suffix}"),
             keep: self.keep,
         };
-        let output = Command::new(std::env::current_exe()?)
+        let output = Command::new(run.server_binary()?)
             .arg("migrate")
             .env("COUNTERSIGN_MIGRATE_DATABASE_URL", &production.owner_url)
             .env("COUNTERSIGN_DATABASE_URL", &production.app_url)

@@ -479,7 +479,7 @@ async fn transport_floor(
 }
 
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
-    let production = args.production.prepare().await?;
+    let production = args.production.prepare(args).await?;
     let result = submit_decide_on(args, load, production.clone()).await;
     if let Some(p) = &production {
         p.clean_up().await;
@@ -495,7 +495,7 @@ async fn submit_decide_on(
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
     let (mut baselines, limits) = limits(args, production.as_ref()).await?;
-    let mut server = Server::start_on(args.reviewers, production)?;
+    let mut server = Server::start_on(args, production)?;
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
     warm_up(&server, &key, load, pool, 1).await?;
@@ -638,7 +638,7 @@ async fn trickle(
 }
 
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
-    let production = args.production.prepare().await?;
+    let production = args.production.prepare(args).await?;
     let result = noisy_neighbour_on(args, noisy, production.clone()).await;
     if let Some(p) = &production {
         p.clean_up().await;
@@ -653,7 +653,7 @@ async fn noisy_neighbour_on(
 ) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
-    let server = Server::start_on(args.reviewers, production)?;
+    let server = Server::start_on(args, production)?;
     let flood_key = seed(&server, "default", MAX_TARGETS).await?;
     let quiet_key = seed(&server, "quiet", MAX_TARGETS).await?;
 
@@ -790,7 +790,7 @@ pub async fn baseline_only(args: &BenchArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let (mut baselines, limits_here) = limits(args, None).await?;
     let sqlite = limits_here[0].1;
-    let production = args.production.prepare().await?;
+    let production = args.production.prepare(args).await?;
     if let Some(p) = &production {
         let measured = limits(args, Some(p)).await;
         p.clean_up().await;

@@ -1,17 +1,20 @@
-//! The server under test: this very binary, `serve` on a free port with a
-//! fresh data directory, observed through `/proc`.
+//! The server under test: the `countersign` binary, `serve` on a free port
+//! with a fresh data directory, in a process of its own, observed through
+//! `/proc`.
 
 use std::{
     io::{BufRead, BufReader},
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
 };
 
 use anyhow::{Context, bail};
 
-use crate::production::Production;
+use crate::{BenchArgs, production::Production};
 
 pub struct Server {
+    /// The `countersign` binary it runs.
+    binary: PathBuf,
     child: Child,
     pub endpoint: String,
     pub data_dir: tempfile::TempDir,
@@ -36,11 +39,12 @@ fn backends(command: &mut Command, production: Option<&Production>) {
 
 /// `countersign serve` on a free port; its child and endpoint.
 fn spawn(
+    binary: &Path,
     data_dir: &Path,
     reviewers: Option<usize>,
     production: Option<&Production>,
 ) -> anyhow::Result<(Child, String)> {
-    let mut command = Command::new(std::env::current_exe()?);
+    let mut command = Command::new(binary);
     backends(&mut command, production);
     command
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -130,11 +134,12 @@ pub fn cpu_of_processes(comm: &str) -> f64 {
 }
 
 fn countersign(
+    binary: &Path,
     data_dir: &Path,
     production: Option<&Production>,
     args: &[&str],
 ) -> anyhow::Result<String> {
-    let mut command = Command::new(std::env::current_exe()?);
+    let mut command = Command::new(binary);
     backends(&mut command, production);
     let output = command
         .args(args)
@@ -151,21 +156,21 @@ fn countersign(
 }
 
 impl Server {
-    /// Starts `countersign serve` with `reviewers` workers on a fresh data
-    /// directory (the first start creates tenant `default` and its admin key).
-    pub fn start(reviewers: Option<usize>) -> anyhow::Result<Server> {
-        Server::start_on(reviewers, None)
+    /// Starts `countersign serve` with the run's reviewer workers on a fresh
+    /// data directory (the first start creates tenant `default` and its admin key).
+    pub fn start(args: &BenchArgs) -> anyhow::Result<Server> {
+        Server::start_on(args, None)
     }
 
     /// [`Server::start`] on the given backends (a fresh database: the first
     /// start bootstraps tenant `default` there too).
-    pub fn start_on(
-        reviewers: Option<usize>,
-        production: Option<Production>,
-    ) -> anyhow::Result<Server> {
+    pub fn start_on(args: &BenchArgs, production: Option<Production>) -> anyhow::Result<Server> {
+        let binary = args.server_binary()?;
+        let reviewers = args.reviewers;
         let data_dir = tempfile::tempdir()?;
-        let (child, endpoint) = spawn(data_dir.path(), reviewers, production.as_ref())?;
+        let (child, endpoint) = spawn(&binary, data_dir.path(), reviewers, production.as_ref())?;
         Ok(Server {
+            binary,
             child,
             endpoint,
             data_dir,
@@ -183,6 +188,7 @@ impl Server {
     /// Starts the server again on the same data directory.
     pub fn resume(&mut self) -> anyhow::Result<()> {
         let (child, endpoint) = spawn(
+            &self.binary,
             self.data_dir.path(),
             self.reviewers,
             self.production.as_ref(),
@@ -194,7 +200,12 @@ impl Server {
 
     /// Runs an admin command against the server's database.
     pub fn admin(&self, args: &[&str]) -> anyhow::Result<String> {
-        countersign(self.data_dir.path(), self.production.as_ref(), args)
+        countersign(
+            &self.binary,
+            self.data_dir.path(),
+            self.production.as_ref(),
+            args,
+        )
     }
 
     pub fn usage(&self) -> Usage {

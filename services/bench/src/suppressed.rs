@@ -21,7 +21,7 @@ use crate::{
 pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
-    let server = Server::start(args.reviewers)?;
+    let server = Server::start(args)?;
     let key = seed(&server, "default", MAX_TARGETS).await?;
     let doomed = spec(0, true, MAX_TARGETS); // an unknown target: rejected
 

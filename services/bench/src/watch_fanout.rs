@@ -45,7 +45,7 @@ fn wall_ms() -> i64 {
 pub async fn watch_fanout(args: &BenchArgs, fan: &FanoutArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let sqlite = baseline::sqlite_insert_rate(args.baseline_time).await?;
-    let server = Server::start(args.reviewers)?;
+    let server = Server::start(args)?;
     let key = seed(&server, "default", MAX_TARGETS).await?;
     let oncall = server.admin(&[
         "admin", "key", "create", "--tenant", "default", "--role", "oncall", "--name", "watcher",

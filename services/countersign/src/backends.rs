@@ -11,6 +11,7 @@ use countersign_queue::{
 };
 use countersign_reviewer::OutboxConfig;
 use countersign_store::{DynStore, PostgresStore, SqliteStore, Store};
+use tokio_util::sync::CancellationToken;
 
 use crate::{config::Config, output::redact_url, settings::is_postgres};
 
@@ -126,11 +127,9 @@ async fn open_sqlite(config: &Config) -> anyhow::Result<SqliteStore> {
 
 impl Production {
     /// Connects to Redis, retrying every second until it answers or `stop`
-    /// (Submit goes on meanwhile: the outbox keeps what it accepts).
-    pub async fn connect_queue(
-        &self,
-        stop: &mut tokio::sync::watch::Receiver<bool>,
-    ) -> Option<Arc<RedisQueue>> {
+    /// is cancelled (Submit goes on meanwhile: the outbox keeps what it
+    /// accepts).
+    pub async fn connect_queue(&self, stop: &CancellationToken) -> Option<Arc<RedisQueue>> {
         let mut warned = false;
         loop {
             match RedisQueue::connect(&self.redis_url, self.queue_options.clone()).await {
@@ -149,11 +148,8 @@ impl Production {
                 }
             }
             tokio::select! {
-                _ = stop.changed() => return None,
+                () = stop.cancelled() => return None,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            if *stop.borrow() {
-                return None;
             }
         }
     }

@@ -16,12 +16,10 @@ use countersign_queue::{PeerMessage, Peers, RedisPeers};
 use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers, relay_enqueued};
 use countersign_store::DynStore;
 use tokio::{
-    sync::{
-        broadcast::error::{RecvError, TryRecvError},
-        watch,
-    },
+    sync::broadcast::error::{RecvError, TryRecvError},
     task::{JoinHandle, JoinSet},
 };
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     backends::{Backends, Production},
@@ -29,14 +27,20 @@ use crate::{
     queue_gauges, statistics,
 };
 
+/// The background's tasks hold children of `stop`, itself a child of the
+/// process's shutdown token: the reviewers (and on PostgreSQL the statistics
+/// keeper and the wait for Redis) stop first, at [`Background::shutdown`];
+/// the rest once the reviewers have finished.
 pub enum Background {
     Embedded {
         reviewers: Option<Reviewers>,
-        stop: watch::Sender<bool>,
+        stop: CancellationToken,
         gauges: JoinHandle<()>,
     },
     Production {
-        stop: watch::Sender<bool>,
+        /// Cancelled first (a child of the background's own token, which
+        /// `run` cancels once the reviewers and the outbox have stopped).
+        intake: CancellationToken,
         /// The reviewers and outbox, and the statistics keeper; a set so that
         /// dropping it (the grace period over) aborts them.
         task: JoinSet<()>,
@@ -44,15 +48,20 @@ pub enum Background {
 }
 
 impl Background {
-    pub fn start(backends: Backends, role: Role, config: ReviewerConfig) -> Background {
+    pub fn start(
+        backends: Backends,
+        role: Role,
+        config: ReviewerConfig,
+        shutdown: &CancellationToken,
+    ) -> Background {
         let workers = role != Role::Api;
+        let stop = shutdown.child_token();
         match backends {
             Backends::Embedded { store, queue } => {
-                let (stop, stopped) = watch::channel(false);
-                let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stopped);
+                let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
                 let reviewers = workers.then(|| {
                     tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
-                    Reviewers::start(store, queue, config)
+                    Reviewers::start(store, queue, config, &stop)
                 });
                 Background::Embedded {
                     reviewers,
@@ -61,16 +70,16 @@ impl Background {
                 }
             }
             Backends::Production(production) => {
-                let (stop, stopped) = watch::channel(false);
+                let intake = stop.child_token();
                 let mut task = JoinSet::new();
-                task.spawn(statistics::keep(production.store.clone(), stopped.clone()));
-                task.spawn(run(production, workers, config, stopped));
-                Background::Production { stop, task }
+                task.spawn(statistics::keep(production.store.clone(), intake.clone()));
+                task.spawn(run(production, workers, config, stop, intake.clone()));
+                Background::Production { intake, task }
             }
         }
     }
 
-    /// Stops the reviewers (each finishes its review) and the outbox tasks.
+    /// Stops the reviewers (each finishes its review), then the rest.
     pub async fn shutdown(self) {
         match self {
             Background::Embedded {
@@ -81,11 +90,11 @@ impl Background {
                 if let Some(reviewers) = reviewers {
                     reviewers.shutdown().await;
                 }
-                let _ = stop.send(true);
+                stop.cancel();
                 let _ = gauges.await;
             }
-            Background::Production { stop, mut task } => {
-                let _ = stop.send(true);
+            Background::Production { intake, mut task } => {
+                intake.cancel();
                 while let Some(joined) = task.join_next().await {
                     if let Err(error) = joined {
                         tracing::error!(%error, "background tasks failed");
@@ -96,13 +105,17 @@ impl Background {
     }
 }
 
+/// The production background: waits for Redis, then runs the outbox, the
+/// reviewers and the wake-ups until `intake` is cancelled; stops the
+/// reviewers, then the outbox, then (cancelling `stop`) the rest.
 async fn run(
     production: Production,
     workers: bool,
     config: ReviewerConfig,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
+    intake: CancellationToken,
 ) {
-    let Some(queue) = production.connect_queue(&mut stop).await else {
+    let Some(queue) = production.connect_queue(&intake).await else {
         return;
     };
     let store: DynStore = production.store.clone();
@@ -117,12 +130,12 @@ async fn run(
     };
     // Another process's enqueue wakes this one's idle workers.
     let relay = workers.then(|| relay_enqueued(queue.clone(), production.peers.clone()));
-    let outbox = OutboxTasks::start(publisher, workers);
+    let outbox = OutboxTasks::start(publisher, workers, &stop);
     let reviewers = workers.then(|| {
         tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
-        Reviewers::start(store, queue, config)
+        Reviewers::start(store, queue, config, &intake)
     });
-    let _ = stop.wait_for(|stopped| *stopped).await;
+    intake.cancelled().await;
     if let Some(reviewers) = reviewers {
         reviewers.shutdown().await;
     }
@@ -131,6 +144,7 @@ async fn run(
     if let Some(relay) = relay {
         relay.abort();
     }
+    stop.cancel();
     let _ = gauges.await;
 }
 
@@ -148,5 +162,51 @@ async fn announce_events(store: DynStore, peers: Arc<RedisPeers>) {
         if let Err(error) = peers.publish(&PeerMessage::Events).await {
             tracing::debug!(%error, "events not announced to other processes (they poll)");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use countersign_queue::EmbeddedQueue;
+    use countersign_store::{SqliteStore, Store};
+
+    use super::*;
+
+    /// The background's tasks hold children of the process's token:
+    /// cancelling it alone stops them (here, the queue gauges, which
+    /// otherwise stop only after the reviewers).
+    #[tokio::test]
+    async fn cancelling_the_process_token_stops_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("b.db").display());
+        let sqlite = SqliteStore::connect(&url).await.unwrap();
+        sqlite.migrate().await.unwrap();
+        let queue = Arc::new(EmbeddedQueue::new(sqlite.writer()));
+        let backends = Backends::Embedded {
+            store: Arc::new(sqlite),
+            queue,
+        };
+        let shutdown = CancellationToken::new();
+        let background = Background::start(
+            backends,
+            Role::All,
+            ReviewerConfig::with_workers(1),
+            &shutdown,
+        );
+        let Background::Embedded {
+            reviewers: Some(_reviewers),
+            gauges,
+            ..
+        } = background
+        else {
+            panic!("the embedded background with reviewers")
+        };
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), gauges)
+            .await
+            .expect("the gauges stop")
+            .unwrap();
     }
 }

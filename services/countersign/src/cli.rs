@@ -46,8 +46,6 @@ pub enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
-    /// Measure the service against this machine's own limits (see BENCHMARKS.md).
-    Bench(countersign_bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCommandWithArgs),
 }
@@ -173,10 +171,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Admin { store, command } => {
             telemetry::init(false);
             crate::admin::run(&store, command).await
-        }
-        Command::Bench(args) => {
-            telemetry::init(false);
-            countersign_bench::run(args).await.map(|_| ())
         }
         Command::Client(command) => {
             telemetry::init(false);

@@ -7,19 +7,19 @@ use std::{collections::BTreeSet, time::Duration};
 
 use countersign_queue::DynQueue;
 use countersign_store::DynStore;
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
-/// Samples until `stop` turns true.
-pub fn spawn(store: DynStore, queue: DynQueue, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+/// Samples until `stop` is cancelled.
+pub fn spawn(store: DynStore, queue: DynQueue, stop: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut shown = BTreeSet::new();
-        while !*stop.borrow() {
+        while !stop.is_cancelled() {
             sample(&store, &queue, &mut shown).await;
             tokio::select! {
-                // Stopped, or the sender is gone (nobody left to stop it).
-                changed = stop.changed() => if changed.is_err() { break },
+                () = stop.cancelled() => {}
                 () = tokio::time::sleep(SAMPLE_EVERY) => {}
             }
         }
@@ -65,18 +65,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn sampling_ends_when_nobody_is_left_to_stop_it_rather_than_spin() {
+    async fn sampling_stops_when_told() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("c.db").display());
         let sqlite = SqliteStore::connect(&url).await.unwrap();
         sqlite.migrate().await.unwrap();
         let queue: DynQueue = Arc::new(EmbeddedQueue::new(sqlite.writer()));
-        let (stop, stopped) = watch::channel(false);
-        let sampler = spawn(Arc::new(sqlite), queue, stopped);
-        drop(stop);
+        let stop = CancellationToken::new();
+        let sampler = spawn(Arc::new(sqlite), queue, stop.clone());
+        stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), sampler)
             .await
-            .expect("ended at once")
+            .expect("stopped at once")
             .unwrap();
     }
 }

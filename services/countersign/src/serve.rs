@@ -8,6 +8,7 @@ use countersign_api::{
 };
 use countersign_domain::audit::SigningKey;
 use countersign_reviewer::ReviewerConfig;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     backends::Backends,
@@ -68,18 +69,20 @@ fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let signal = shutdown_signal()?;
-    let (signalled, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        signal.await;
-        let _ = signalled.send(true);
-    });
-    // Resolves once a signal has arrived (any number of times).
-    let stopping = move || {
-        let mut stop = stop.clone();
+    // The process's one shutdown token: every background task holds it or a
+    // child of it. SIGINT or SIGTERM cancels `draining`, a child: the API and
+    // the reviewers stop taking work and drain (README "Shutdown"), each part
+    // stopping its own children in turn; the root goes last, taking whatever
+    // is left (after the grace period, what was cut short).
+    let shutdown = CancellationToken::new();
+    let draining = shutdown.child_token();
+    tokio::spawn({
+        let draining = draining.clone();
         async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
+            signal.await;
+            draining.cancel();
         }
-    };
+    });
     // Installed first, so that start-up is counted too.
     let recorder = metrics_endpoint::install_recorder()?;
     let backends = Backends::open(&config).await?;
@@ -117,7 +120,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let metrics = MetricsEndpoint::bind(config.metrics.listen, recorder).await?;
     let metrics_addr = metrics.local_addr();
-    let background = Background::start(backends, config.role, reviewer_config(&config));
+    let background = Background::start(backends, config.role, reviewer_config(&config), &shutdown);
     // Scripts and tests read the bound addresses from these two lines; a
     // reader that has gone (closed pipe) must not stop the server.
     let announce = |grpc: std::net::SocketAddr| {
@@ -133,7 +136,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         if config.role == Role::Worker {
             let health = HealthOnly::bind(config.listen).await?;
             announce(health.local_addr());
-            health.run_until_stopped(stopping()).await?;
+            health.run_until_stopped(draining.clone()).await?;
             return anyhow::Ok(());
         }
         let signing_key = signing_key.expect("the API's roles load the signing key");
@@ -142,20 +145,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             app = app.with_peers(peers);
         }
         announce(app.local_addr());
-        app.run_until_stopped(stopping()).await?;
+        app.run_until_stopped(draining.clone()).await?;
         anyhow::Ok(())
     };
     // Reviewers stop fetching at once; each finishes (records and acks) the
     // batch it holds.
     let reviews = async {
-        stopping().await;
+        draining.cancelled().await;
         background.shutdown().await;
         anyhow::Ok(())
     };
     let drained = async { tokio::try_join!(api, reviews).map(|_| ()) };
     let grace = config.shutdown.grace;
     let hard_cap = async {
-        stopping().await;
+        draining.cancelled().await;
         tokio::time::sleep(grace).await;
     };
     let result = tokio::select! {
@@ -171,6 +174,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     };
+    shutdown.cancel();
     metrics.abort();
     result?;
     tracing::info!("stopped");

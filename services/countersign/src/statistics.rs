@@ -6,20 +6,16 @@
 use std::time::Duration;
 
 use countersign_store::DynStore;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
-/// Refreshes until `stop` turns true. A failure is logged and tried again at
-/// the next turn: statistics are an optimisation, never a reason to stop.
-pub async fn keep(store: DynStore, mut stop: watch::Receiver<bool>) {
-    while !*stop.borrow() {
+/// Refreshes until `stop` is cancelled. A failure is logged and tried again
+/// at the next turn: statistics are an optimisation, never a reason to stop.
+pub async fn keep(store: DynStore, stop: CancellationToken) {
+    loop {
         tokio::select! {
-            // Stopped, or the sender is gone (nobody left to stop it).
-            changed = stop.changed() => match changed {
-                Ok(()) => continue,
-                Err(_) => break,
-            },
+            () = stop.cancelled() => return,
             () = tokio::time::sleep(REFRESH_EVERY) => {}
         }
         match store.refresh_statistics().await {
@@ -46,24 +42,12 @@ mod tests {
     #[tokio::test]
     async fn the_keeper_stops_when_told() {
         let dir = tempfile::tempdir().unwrap();
-        let (stop, stopped) = watch::channel(false);
-        let keeper = tokio::spawn(keep(store(&dir).await, stopped));
-        stop.send(true).unwrap();
+        let stop = CancellationToken::new();
+        let keeper = tokio::spawn(keep(store(&dir).await, stop.clone()));
+        stop.cancel();
         tokio::time::timeout(Duration::from_secs(5), keeper)
             .await
             .expect("stopped at once")
-            .unwrap();
-    }
-
-    #[tokio::test]
-    async fn the_keeper_ends_when_nobody_is_left_to_stop_it_rather_than_spin() {
-        let dir = tempfile::tempdir().unwrap();
-        let (stop, stopped) = watch::channel(false);
-        let keeper = tokio::spawn(keep(store(&dir).await, stopped));
-        drop(stop);
-        tokio::time::timeout(Duration::from_secs(5), keeper)
-            .await
-            .expect("ended at once")
             .unwrap();
     }
 }

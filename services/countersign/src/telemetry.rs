@@ -48,7 +48,7 @@ impl Telemetry {
     }
 }
 
-/// Client, admin and bench commands only warn, so that their stdout stays
+/// Client and admin commands only warn, so that their stdout stays
 /// clean for scripts; `migrate` logs at `info`. No spans are exported.
 pub fn init(server: bool) {
     let default = if server { "info" } else { "warn" };

@@ -2,13 +2,24 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Millis, escalation::Vote};
+use crate::{Millis, ProposalState, escalation::Vote};
 
 crate::named_enum! {
     pub enum DecisionOutcome as "decision outcome" {
         Approve => "approve",
         Reject => "reject",
         TimedOut => "timed_out",
+    }
+}
+
+impl DecisionOutcome {
+    /// The state a proposal takes when a decision with this outcome is recorded.
+    pub fn state(self) -> ProposalState {
+        match self {
+            DecisionOutcome::Approve => ProposalState::Approved,
+            DecisionOutcome::Reject => ProposalState::Rejected,
+            DecisionOutcome::TimedOut => ProposalState::TimedOut,
+        }
     }
 }
 

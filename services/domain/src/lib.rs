@@ -4,6 +4,8 @@
 
 pub mod api_key;
 pub mod audit;
+pub mod breaker;
+pub mod commit;
 pub mod decision;
 #[macro_use]
 pub mod names;

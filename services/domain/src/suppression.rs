@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     Decision, DecisionOutcome, Millis, ProposalSpec,
+    breaker::BreakerRule,
     gates::{self, GateSpec},
 };
 
@@ -79,8 +80,7 @@ pub fn suppresses_retries(decision: &Decision) -> bool {
             .any(|g| g != gates::NO_PARALLEL_OPERATION)
 }
 
-/// An operator's recent rejections. Open while `threshold` of them fall within
-/// `window` of now and after the last reset.
+/// An operator's recent rejections. Open as [`BreakerRule::is_open`] says.
 #[derive(Debug, Clone, Default)]
 pub struct Breaker {
     rejections: VecDeque<Millis>,
@@ -99,13 +99,11 @@ impl Breaker {
     }
 
     pub fn is_open(&self, now: Millis, threshold: u32, window: Millis) -> bool {
-        threshold > 0
-            && self
-                .rejections
-                .iter()
-                .filter(|&&t| t > self.reset_at && now - t < window)
-                .count()
-                >= threshold as usize
+        let rule = BreakerRule {
+            threshold,
+            window_ms: window,
+        };
+        rule.is_open(self.rejections.iter().copied(), self.reset_at, now)
     }
 
     /// Nothing left to remember: the entry can go.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use countersign_domain::review::{self, ReviewStamp};
 use countersign_queue::DynQueue;
 use countersign_store::{DynStore, RecordOutcome};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::{ReviewerConfig, worker::now_ms};
 
@@ -17,11 +17,11 @@ pub struct Janitor {
 }
 
 impl Janitor {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        while !*stop.borrow() {
+    pub async fn run(self, stop: CancellationToken) {
+        while !stop.is_cancelled() {
             self.sweep().await;
             tokio::select! {
-                _ = stop.changed() => {}
+                () = stop.cancelled() => {}
                 () = tokio::time::sleep(self.config.janitor_every) => {}
             }
         }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use countersign_queue::DynQueue;
 use countersign_store::DynStore;
-use tokio::{sync::watch, task::JoinSet};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 pub use config::{Evaluator, ReviewerConfig};
 pub use outbox::{OutboxConfig, OutboxTasks, Publisher, Sweeper};
@@ -26,14 +27,21 @@ pub use worker::Lane;
 /// A running pool of workers and its janitor.
 pub struct Reviewers {
     tasks: JoinSet<()>,
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
 }
 
 impl Reviewers {
     /// Starts `config.workers` shared and `config.express_workers` express
-    /// workers, and one janitor.
-    pub fn start(store: DynStore, queue: DynQueue, config: ReviewerConfig) -> Reviewers {
-        let (stop, stopped) = watch::channel(false);
+    /// workers, and one janitor. They stop at [`Reviewers::shutdown`], or when
+    /// `shutdown` is cancelled (they hold a child of it).
+    pub fn start(
+        store: DynStore,
+        queue: DynQueue,
+        config: ReviewerConfig,
+        shutdown: &CancellationToken,
+    ) -> Reviewers {
+        let stop = shutdown.child_token();
+        let stopped = stop.clone();
         let config = Arc::new(config);
         let mut tasks = JoinSet::new();
         let host = config.name.clone();
@@ -70,7 +78,7 @@ impl Reviewers {
     /// Asks every worker to finish its current review, and waits for them.
     /// A review left half-done keeps its lease, which expires and is reclaimed.
     pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
     }
 }

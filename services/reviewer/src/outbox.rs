@@ -16,7 +16,8 @@ use std::{sync::Arc, time::Duration};
 
 use countersign_queue::{Peers, Queue, RedisQueue};
 use countersign_store::{DynStore, Outbox};
-use tokio::{sync::watch, task::JoinSet};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::worker::submission;
 
@@ -75,10 +76,10 @@ impl Publisher {
         Ok(keys.len())
     }
 
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, stop: CancellationToken) {
         let mut events = self.store.subscribe();
         let mut failing = false;
-        while !*stop.borrow() {
+        while !stop.is_cancelled() {
             match self.publish_once().await {
                 Ok(n) => {
                     if failing {
@@ -100,7 +101,7 @@ impl Publisher {
                 }
             }
             tokio::select! {
-                _ = stop.changed() => {}
+                () = stop.cancelled() => {}
                 () = submission(&mut events) => {}
                 () = tokio::time::sleep(self.config.poll) => {}
             }
@@ -156,8 +157,8 @@ impl Sweeper {
         Ok(requeued)
     }
 
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        while !*stop.borrow() {
+    pub async fn run(self, stop: CancellationToken) {
+        while !stop.is_cancelled() {
             match self.sweep_once().await {
                 Ok(0) => {}
                 Ok(n) => {
@@ -167,7 +168,7 @@ impl Sweeper {
                 Err(error) => tracing::warn!(%error, "outbox sweep failed"),
             }
             tokio::select! {
-                _ = stop.changed() => {}
+                () = stop.cancelled() => {}
                 () = tokio::time::sleep(self.config.sweep_every) => {}
             }
         }
@@ -177,12 +178,14 @@ impl Sweeper {
 /// A running publisher, and the sweeper where there are workers.
 pub struct OutboxTasks {
     tasks: JoinSet<()>,
-    stop: watch::Sender<bool>,
+    stop: CancellationToken,
 }
 
 impl OutboxTasks {
-    pub fn start(publisher: Publisher, sweep: bool) -> OutboxTasks {
-        let (stop, stopped) = watch::channel(false);
+    /// Runs until [`OutboxTasks::shutdown`], or until `shutdown` is cancelled.
+    pub fn start(publisher: Publisher, sweep: bool, shutdown: &CancellationToken) -> OutboxTasks {
+        let stop = shutdown.child_token();
+        let stopped = stop.clone();
         let mut tasks = JoinSet::new();
         if sweep {
             let sweeper = Sweeper {
@@ -197,7 +200,7 @@ impl OutboxTasks {
     }
 
     pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
     }
 }

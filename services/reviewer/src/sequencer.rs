@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use countersign_store::{DynStore, StoreEvent};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 /// Decisions appended per transaction.
 const BATCH: u32 = 1_000;
@@ -35,15 +36,15 @@ async fn decided(signals: &mut broadcast::Receiver<StoreEvent>) {
 }
 
 impl Sequencer {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, stop: CancellationToken) {
         let mut signals = self.store.subscribe();
-        while !*stop.borrow() {
+        while !stop.is_cancelled() {
             self.drain().await;
             tokio::select! {
-                _ = stop.changed() => {}
+                () = stop.cancelled() => {}
                 () = decided(&mut signals) => {
                     tokio::select! {
-                        _ = stop.changed() => {}
+                        () = stop.cancelled() => {}
                         () = tokio::time::sleep(GATHER) => {}
                     }
                     // One append answers every decision signalled so far.

@@ -14,6 +14,7 @@ use countersign_domain::{
 use countersign_queue::{DynQueue, Lease};
 use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome, ReviewKey};
 use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::{ReviewerConfig, trace_context};
 
@@ -107,11 +108,11 @@ fn key(lease: &Lease) -> ReviewKey {
 }
 
 impl Worker {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, stop: CancellationToken) {
         let mut events = self.store.subscribe();
         let mut enqueued = self.queue.enqueued();
         tracing::debug!(worker = %self.id, "reviewer started");
-        while !*stop.borrow() {
+        while !stop.is_cancelled() {
             // Seen before the fetch: an entry enqueued after it wakes the wait.
             if let Some(enqueued) = &mut enqueued {
                 enqueued.borrow_and_update();
@@ -126,7 +127,7 @@ impl Worker {
                 Err(error) => {
                     tracing::warn!(worker = %self.id, %error, "queue fetch failed");
                     tokio::select! {
-                        _ = stop.changed() => {}
+                        () = stop.cancelled() => {}
                         () = tokio::time::sleep(self.config.retry_delay) => {}
                     }
                     continue;
@@ -134,7 +135,7 @@ impl Worker {
             };
             if leases.is_empty() {
                 tokio::select! {
-                    _ = stop.changed() => {}
+                    () = stop.cancelled() => {}
                     () = submission(&mut events) => {}
                     () = enqueued_here(&mut enqueued) => {}
                     () = tokio::time::sleep(self.config.idle_poll) => {}
@@ -182,7 +183,7 @@ impl Worker {
         }
 
         let keys: Vec<ReviewKey> = fresh.iter().map(|&i| key(&leases[i])).collect();
-        match self.store.begin_reviews(&keys, &self.id).await {
+        match self.store.begin_reviews(&keys).await {
             Err(error) => {
                 for &i in &fresh {
                     steps[i] = Some(Step::Retry(

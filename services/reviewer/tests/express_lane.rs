@@ -18,6 +18,7 @@ use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
 use support::{redis_queue, spec};
+use tokio_util::sync::CancellationToken;
 
 /// Closed until opened: the evaluator waits on it for the busy tenant.
 #[derive(Default)]
@@ -127,13 +128,23 @@ async fn a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_on_a_busy_
         busy.push(submit(&store, redis, "busy", n).await);
     }
     // The only shared worker leases a batch of two of busy's and is stuck on it.
-    let shared = Reviewers::start(store.clone(), queue.clone(), config("shared", 1, 0, &gate));
+    let shared = Reviewers::start(
+        store.clone(),
+        queue.clone(),
+        config("shared", 1, 0, &gate),
+        &CancellationToken::new(),
+    );
     until(&store, "busy", &busy[0], |p| {
         p.state == ProposalState::Reviewing
     })
     .await;
 
-    let express = Reviewers::start(store.clone(), queue.clone(), config("lane", 0, 1, &gate));
+    let express = Reviewers::start(
+        store.clone(),
+        queue.clone(),
+        config("lane", 0, 1, &gate),
+        &CancellationToken::new(),
+    );
     let quiet = submit(&store, redis, "quiet", 0).await;
     until(&store, "quiet", &quiet, |p| p.state.is_terminal()).await;
     let decision = proposal(&store, "quiet", &quiet).await.decision.unwrap();

@@ -19,6 +19,7 @@ use countersign_queue::{Queue, RedisPeers, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
 use support::{fresh_prefix, redis_queue, redis_queue_at, redis_url, spec};
+use tokio_util::sync::CancellationToken;
 
 /// Stores a proposal and publishes it to the Redis queue, as the api will.
 async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
@@ -63,7 +64,12 @@ async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
         gates::evaluate(facts)
     });
     let max_attempts = config.max_attempts;
-    let reviewers = Reviewers::start(store.clone(), Arc::new(queue.clone()), config);
+    let reviewers = Reviewers::start(
+        store.clone(),
+        Arc::new(queue.clone()),
+        config,
+        &CancellationToken::new(),
+    );
 
     let started = Instant::now();
     while queue.depth().await.unwrap() > 0 {
@@ -108,7 +114,7 @@ async fn acme_and_deaf_workers(
     store.create_tenant("acme").await.unwrap();
     let mut config = ReviewerConfig::with_workers(1);
     config.idle_poll = Duration::from_secs(3_600);
-    let reviewers = Reviewers::start(store.clone(), queue, config);
+    let reviewers = Reviewers::start(store.clone(), queue, config, &CancellationToken::new());
     tokio::time::sleep(Duration::from_millis(300)).await;
     (store, reviewers, dir)
 }

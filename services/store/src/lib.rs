@@ -7,6 +7,7 @@ mod facts;
 mod group_commit;
 mod outbox;
 pub mod postgres;
+mod recording;
 mod rows;
 pub mod sqlite;
 mod types;
@@ -114,34 +115,13 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Target>>;
 
-    /// Moves a PENDING proposal to REVIEWING (with its event); a REVIEWING one
-    /// (redelivered) stays so and keeps its first start time.
-    async fn begin_review(&self, tenant: &str, id: &str, reviewer: &str) -> Result<BeginReview> {
-        let key = ReviewKey {
-            tenant: tenant.to_owned(),
-            id: id.to_owned(),
-        };
-        let mut begun = self
-            .begin_reviews(std::slice::from_ref(&key), reviewer)
-            .await?;
-        begun
-            .pop()
-            .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))
-    }
-    /// [`Store::begin_review`] for many proposals in one transaction, in order.
-    async fn begin_reviews(&self, items: &[ReviewKey], reviewer: &str) -> Result<Vec<BeginReview>>;
-    /// Everything the gates look at, as of now.
-    async fn review_facts(&self, proposal: &Proposal) -> Result<ReviewFacts> {
-        let mut facts = self
-            .review_facts_many(std::slice::from_ref(proposal))
-            .await?;
-        facts
-            .pop()
-            .unwrap_or_else(|| Err(StoreError::NotFound(format!("proposal `{}`", proposal.id))))
-    }
-    /// [`Store::review_facts`] for a batch, in order, from one snapshot where
-    /// the backend has them: the outer error fails the whole batch, an inner
-    /// one only its proposal.
+    /// Moves the PENDING proposals of `items` to REVIEWING (with their events)
+    /// in one transaction; a REVIEWING one (redelivered) stays so and keeps its
+    /// first start time. Answers in order.
+    async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>>;
+    /// Everything the gates look at, as of now, for a batch, in order, from
+    /// one snapshot where the backend has them: the outer error fails the
+    /// whole batch, an inner one only its proposal.
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>>;
     /// Writes the decision, the state change and its event in one transaction,
     /// only if the proposal is still open. Approvals are re-checked against the
@@ -172,10 +152,6 @@ pub trait Store: Send + Sync + 'static {
         started_before: Millis,
         limit: u32,
     ) -> Result<Vec<OverdueReview>>;
-    /// Results dropped because their proposal was already terminal.
-    async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64>;
-    /// Events of one proposal, oldest first, with its tenant's cursors.
-    async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<StoreEvent>>;
 
     /// Logged events, oldest first, each with its proposal as the event left
     /// it: with `tenant`, that tenant's events after its own cursor `after` (a

@@ -124,7 +124,13 @@ async fn write(store: DynStore, tenant: String, n: usize) {
             .unwrap()
             .proposal()
             .clone();
-        store.begin_review(&tenant, &p.id, "w").await.unwrap();
+        store
+            .begin_reviews(&[countersign_store::ReviewKey {
+                tenant: String::from(&tenant),
+                id: String::from(&p.id),
+            }])
+            .await
+            .unwrap();
         store.cancel_proposal(&tenant, &p.id, "done").await.unwrap();
     }
 }
@@ -382,7 +388,7 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
         let mut racers = tokio::task::JoinSet::new();
         for batch in [keys.clone(), reversed] {
             let store = store.clone();
-            racers.spawn(async move { settled(store.begin_reviews(&batch, "w").await) });
+            racers.spawn(async move { settled(store.begin_reviews(&batch).await) });
         }
         for key in keys.iter().skip(round % 3).step_by(3) {
             let (store, key) = (store.clone(), key.clone());
@@ -441,8 +447,20 @@ async fn a_decision_waits_for_an_open_one_so_the_audit_sequencer_skips_none() {
         .unwrap()
         .proposal()
         .clone();
-    store.begin_review("a", &first.id, "w").await.unwrap();
-    store.begin_review("b", &second.id, "w").await.unwrap();
+    store
+        .begin_reviews(&[countersign_store::ReviewKey {
+            tenant: String::from("a"),
+            id: String::from(&first.id),
+        }])
+        .await
+        .unwrap();
+    store
+        .begin_reviews(&[countersign_store::ReviewKey {
+            tenant: String::from("b"),
+            id: String::from(&second.id),
+        }])
+        .await
+        .unwrap();
 
     // Tenant a's decision is inserted and its transaction stays open.
     let mut conn = db.app_connection().await;

@@ -104,7 +104,13 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
         .unwrap()
         .proposal()
         .clone();
-    store.begin_review(tenant, &p.id, "w").await.unwrap();
+    store
+        .begin_reviews(&[countersign_store::ReviewKey {
+            tenant: String::from(tenant),
+            id: String::from(&p.id),
+        }])
+        .await
+        .unwrap();
     let stamp = countersign_domain::review::ReviewStamp {
         reviewer: "w".into(),
         decided_at: countersign_domain::now_ms(),

@@ -89,7 +89,13 @@ async fn undecided_pages_through_published_pending_and_reviewing_proposals_of_ev
         .cancel_proposal("b", &cancelled.id, "not needed")
         .await
         .unwrap();
-    store.begin_review("a", &keys[0].id, "w").await.unwrap();
+    store
+        .begin_reviews(&[countersign_store::ReviewKey {
+            tenant: String::from("a"),
+            id: String::from(&keys[0].id),
+        }])
+        .await
+        .unwrap();
     outbox.mark_published(&keys).await.unwrap();
     outbox.mark_published(&[cancelled]).await.unwrap();
     // Not yet published: the publisher's, not the sweeper's.

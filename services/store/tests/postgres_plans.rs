@@ -5,8 +5,8 @@
 mod support;
 
 use countersign_store::postgres::{
-    BEGIN_REVIEW, DECIDED_STATE, IN_COMMIT_ORDER, LOCK_FOR_DECISION, NEXT_DECISIONS,
-    PROPOSAL_BY_KEY, candidates_query, events_after_query,
+    BEGIN_REVIEW, BREAKER_REJECTIONS, DECIDED_STATE, IN_COMMIT_ORDER, LOCK_FOR_DECISION,
+    NEXT_DECISIONS, PROPOSAL_BY_KEY, candidates_query, events_after_query,
 };
 use sqlx::Connection;
 use support::TestDatabase;
@@ -354,5 +354,41 @@ async fn a_review_batchs_writes_and_the_fan_out_read_proposals_by_key_on_a_young
                 );
             }
         }
+    }
+}
+
+/// The rejections a batch's breakers count at commit: one range of the
+/// partial index per operator, with a plan made for the run and with one
+/// cached while the table was young.
+#[tokio::test]
+async fn a_batchs_breakers_read_an_operators_rejections_along_the_partial_index() {
+    let db = TestDatabase::migrated().await;
+    db.store().await.create_tenant("acme").await.unwrap();
+    let mut owner = db.owner_connection().await;
+    sqlx::raw_sql("ALTER TABLE proposals SET (autovacuum_enabled = false)")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let mut conn = db.app_connection().await;
+    let args = "'acme', ARRAY['bot', 'someone'], 2000";
+    sqlx::raw_sql(&format!("PREPARE rejections AS {BREAKER_REJECTIONS}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    explain_prepared(&mut conn, "acme", "force_generic_plan", "rejections", args).await;
+    insert_approved(&mut owner, "acme", "acme-", 3_000).await;
+    sqlx::raw_sql("UPDATE proposals SET state = 'rejected' WHERE id LIKE 'acme-%'")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    let cached =
+        explain_prepared(&mut conn, "acme", "force_generic_plan", "rejections", args).await;
+    let per_run = plan_in(&mut conn, "acme", PER_RUN, BREAKER_REJECTIONS, args).await;
+    for plan in [cached, per_run] {
+        assert!(
+            plan.contains("proposals_operator_rejections on proposals"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Seq Scan on proposals"), "{plan}");
     }
 }

@@ -15,7 +15,8 @@ use std::{
     time::Duration,
 };
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub use published::Published;
 pub use pump::{live_position, spawn_pump};
@@ -76,7 +77,8 @@ struct Inner {
     observers: Vec<Arc<dyn Observer>>,
     tenants: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
     waiters: waiters::Registry,
-    closing: watch::Sender<bool>,
+    /// Cancelled by [`Fanout::close`]: every stream ends, and the pump stops.
+    closing: CancellationToken,
 }
 
 impl Fanout {
@@ -87,7 +89,7 @@ impl Fanout {
                 observers,
                 tenants: Mutex::new(HashMap::new()),
                 waiters: waiters::Registry::default(),
-                closing: watch::channel(false).0,
+                closing: CancellationToken::new(),
             }),
         }
     }
@@ -119,12 +121,12 @@ impl Fanout {
 
     /// Ends every stream (server shutdown).
     pub fn close(&self) {
-        self.inner.closing.send_replace(true);
+        self.inner.closing.cancel();
     }
 
     /// Resolves once [`Fanout::close`] is called.
     pub fn closing(&self) -> Closing {
-        Closing(self.inner.closing.subscribe())
+        Closing(self.inner.closing.clone())
     }
 
     fn publish(&self, published: Arc<Published>) {
@@ -146,12 +148,11 @@ impl Fanout {
     }
 }
 
-/// Resolves when the process stops serving.
-pub struct Closing(watch::Receiver<bool>);
+/// Resolves when the fan-out closes (the process stops serving).
+pub struct Closing(CancellationToken);
 
 impl Closing {
     pub async fn closed(&mut self) {
-        // An error means the fanout itself is gone: closed as well.
-        let _ = self.0.wait_for(|closed| *closed).await;
+        self.0.cancelled().await;
     }
 }

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use countersign_domain::now_ms;
 use countersign_store::DynStore;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::{MAX_BREAKER_WINDOW, Suppression, millis};
-use crate::fanout::Closing;
 
-/// Runs until `closing`; flushes once more on the way out.
+/// Runs until `shutdown` is cancelled; flushes once more on the way out.
 pub fn spawn_maintenance(
     suppression: Arc<Suppression>,
     store: DynStore,
-    mut closing: Closing,
+    shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let started = now_ms();
@@ -30,7 +30,7 @@ pub fn spawn_maintenance(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let stop = tokio::select! {
-                _ = closing.closed() => true,
+                () = shutdown.cancelled() => true,
                 _ = tick.tick() => false,
             };
             flush(&suppression, &store).await;

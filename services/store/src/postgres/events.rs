@@ -7,40 +7,9 @@ use sqlx::{PgPool, Row};
 
 use super::{proposals, scope};
 use crate::{
-    EventKind, Result, StoreError, StoreEvent,
+    EventKind, Result, StoreError,
     rows::{Prefixed, decision_from_row},
 };
-
-#[tracing::instrument(name = "store.postgres.proposal_events", skip(pool))]
-pub async fn of_proposal(pool: &PgPool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let rows = sqlx::query(
-        "SELECT tenant_cursor, tenant, proposal_id, kind, state FROM events
-         WHERE tenant = $1 AND proposal_id = $2 ORDER BY tenant_cursor",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    rows.iter()
-        .map(|row| {
-            let kind: String = row.try_get("kind")?;
-            let state: String = row.try_get("state")?;
-            Ok(StoreEvent {
-                cursor: Some(row.try_get("tenant_cursor")?),
-                tenant: row.try_get("tenant")?,
-                proposal_id: row.try_get("proposal_id")?,
-                kind: kind
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.kind: {e}")))?,
-                state: state
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.state: {e}")))?,
-            })
-        })
-        .collect()
-}
 
 /// Events past `$1`: every tenant's past a log position (the fan-out, in
 /// system scope), or one tenant's (`$2`) past its own cursor (a watcher's

@@ -26,6 +26,8 @@ mod roles;
 mod scope;
 mod statistics;
 mod suppression;
+#[doc(hidden)]
+pub use suppression::REJECTIONS as BREAKER_REJECTIONS;
 mod tenants;
 
 use std::{str::FromStr, time::Duration};
@@ -266,11 +268,7 @@ impl Store for PostgresStore {
         reference::list_targets(&self.pool, tenant, after, limit).await
     }
 
-    async fn begin_reviews(
-        &self,
-        items: &[ReviewKey],
-        _reviewer: &str,
-    ) -> Result<Vec<BeginReview>> {
+    async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
         let (begun, events) = review::begin_many(&self.pool, items).await?;
         for event in events {
             self.publish(event);
@@ -299,14 +297,6 @@ impl Store for PostgresStore {
         limit: u32,
     ) -> Result<Vec<OverdueReview>> {
         review::overdue(&self.pool, started_before, limit).await
-    }
-
-    async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64> {
-        review::discarded(&self.pool, tenant, id).await
-    }
-
-    async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
-        events::of_proposal(&self.pool, tenant, id).await
     }
 
     async fn events_after(

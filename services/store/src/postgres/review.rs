@@ -13,6 +13,7 @@ use super::{proposals, scope, suppression, tenants};
 use crate::{
     BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, facts,
     now_ms,
+    recording::{self, Found, Write},
 };
 
 fn corrupt(what: String) -> StoreError {
@@ -267,39 +268,12 @@ pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Res
     Ok(facts::finish(out))
 }
 
-/// Whether an approval's facts still hold at commit: the cited SOP at the same
-/// version and active, the target still ONLINE. `None` when they do.
-fn stale_because(
-    decision: &Decision,
-    target: &str,
-    sop: Option<(i64, bool)>,
-    status: Option<&str>,
-) -> Option<String> {
-    let sop_id = decision.sop_id.as_deref().unwrap_or_default();
-    if let Some(version) = decision.sop_version {
-        match sop {
-            Some((v, false)) if v == i64::from(version) => {}
-            Some((_, true)) => return Some(format!("{sop_id} was retired during the review")),
-            Some((v, false)) => {
-                return Some(format!(
-                    "{sop_id} changed during the review (v{version} → v{v})"
-                ));
-            }
-            None => return Some(format!("{sop_id} vanished during the review")),
-        }
-    }
-    match status {
-        Some("online") => None,
-        Some(other) => Some(format!("target {target} became {other} during the review")),
-        None => Some(format!("target {target} vanished during the review")),
-    }
-}
-
 /// Records many decisions in one transaction, a few statements per tenant
-/// whatever the batch size; answers in order. Each proposal must still be open
-/// (else the late result is logged and dropped); approvals are re-checked
-/// against the SOP and target as they are now. The proposals are row-locked,
-/// so a concurrent decision or cancel of the same proposal is seen, never
+/// whatever the batch size; answers in order. What becomes of each result is
+/// the domain's rule (`recording::plan`), applied to the proposals as they
+/// are in this transaction: late results are logged and dropped, approvals
+/// whose SOP or target moved are stale. The proposals are row-locked, so a
+/// concurrent decision or cancel of the same proposal is seen, never
 /// overwritten.
 ///
 /// Two phases, for the event log's lock (migrations/postgres/0010): first
@@ -320,12 +294,14 @@ pub async fn record_many(
     for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
         scoped.enter(&mut tx, &tenant).await?;
         let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
-        let (outcomes, writes) = prepare_tenant(&mut tx, &tenant, &group, now).await?;
-        for (i, outcome) in indices.into_iter().zip(outcomes) {
+        let found = lock_tenant(&mut tx, &tenant, &group).await?;
+        let plan = recording::plan(group.iter().copied(), |k| found.get(&k.id))?;
+        log_discarded(&mut tx, &tenant, &plan, now).await?;
+        for (i, outcome) in indices.into_iter().zip(plan.outcomes) {
             out[i] = Some(outcome);
         }
-        if !writes.is_empty() {
-            prepared.push((tenant, writes));
+        if !plan.writes.is_empty() {
+            prepared.push((tenant, plan.writes));
         }
     }
     for (tenant, writes) in &prepared {
@@ -336,118 +312,92 @@ pub async fn record_many(
         scoped.enter(&mut tx, tenant).await?;
         insert_decisions(&mut tx, writes).await?;
     }
-    // Breakers last: their events go after the rejections' own.
-    let rejected: Vec<(&String, &Vec<String>)> = prepared
-        .iter()
-        .filter(|(_, w)| !w.rejected.is_empty())
-        .map(|(tenant, w)| (tenant, &w.rejected))
-        .collect();
-    if !rejected.is_empty() {
+    // Breakers last: read under the event log's lock (so a rejection another
+    // transaction committed first is counted), and their events go after the
+    // rejections' own.
+    let mut tripped = Vec::new();
+    for (tenant, writes) in &prepared {
+        let rejected: Vec<(&str, &str)> = writes
+            .iter()
+            .filter(|w| w.rejects())
+            .map(|w| (w.key.id.as_str(), w.operator.as_str()))
+            .collect();
+        if rejected.is_empty() {
+            continue;
+        }
+        scoped.enter(&mut tx, tenant).await?;
+        let ids = suppression::trips(&mut tx, tenant, &rejected, now).await?;
+        if !ids.is_empty() {
+            tripped.push((tenant, ids));
+        }
+    }
+    if !tripped.is_empty() {
         scope::write_pending_events(&mut tx).await?;
-        for (tenant, ids) in rejected {
+        for (tenant, ids) in &tripped {
             scoped.enter(&mut tx, tenant).await?;
             suppression::log_trips(&mut tx, tenant, ids, now).await?;
         }
     }
-    tx.commit().await?;
-    let out: Vec<RecordOutcome> = out.into_iter().flatten().collect();
-    let events = items
+    let events: Vec<StoreEvent> = items
         .iter()
         .zip(&out)
-        .filter(|(_, o)| matches!(o, RecordOutcome::Recorded))
-        .map(|((k, d), _)| StoreEvent::changed_to(&k.tenant, &k.id, next_state(d)))
+        .filter(|(_, o)| matches!(o, Some(RecordOutcome::Recorded)))
+        .map(|((k, d), _)| StoreEvent::changed_to(&k.tenant, &k.id, d.outcome.state()))
         .collect();
-    Ok((out, events))
-}
-
-fn next_state(decision: &Decision) -> ProposalState {
-    match decision.outcome {
-        DecisionOutcome::Approve => ProposalState::Approved,
-        DecisionOutcome::Reject => ProposalState::Rejected,
-        DecisionOutcome::TimedOut => ProposalState::TimedOut,
-    }
+    tx.commit().await?;
+    Ok((out.into_iter().flatten().collect(), events))
 }
 
 /// An approved proposal's id, its cited SOP's version and retired flag, and
 /// its target's status, as they are at commit.
-type FactsAtCommit = (String, Option<i64>, Option<bool>, Option<String>);
-
-/// A decided proposal's state change (see [`DECIDED_STATE`]).
-struct StateChange {
-    id: String,
-    prev: ProposalState,
-    next: ProposalState,
-    decided_at: Millis,
-}
-
-/// What one tenant's part of [`record_many`] will write.
-#[derive(Default)]
-struct Writes {
-    /// The decisions' rows, as `jsonb_to_recordset` reads them.
-    decisions: Vec<serde_json::Value>,
-    /// Each decided proposal's state change.
-    changes: Vec<StateChange>,
-    /// The proposals rejected (whose operators' breakers are then checked).
-    rejected: Vec<String>,
-}
-
-impl Writes {
-    fn is_empty(&self) -> bool {
-        self.decisions.is_empty()
-    }
-}
+type ApprovalFacts = (String, Option<i64>, Option<bool>, Option<String>);
 
 /// Locks a proposal (`$2`, of tenant `$1`) for its decision: by key alone,
 /// for the reason [`BEGIN_REVIEW`] gives.
 #[doc(hidden)]
-pub const LOCK_FOR_DECISION: &str = "SELECT id, state, target FROM proposals
+pub const LOCK_FOR_DECISION: &str = "SELECT id, state, target, operator FROM proposals
      WHERE id = $2 AND tenant IS NOT DISTINCT FROM $1 FOR UPDATE";
 
 /// The first phase of one tenant's part of [`record_many`], in its scope:
-/// locks the proposals (in id order), reads what approvals are re-checked
-/// against, and decides each item's outcome; writes nothing but discarded
-/// late results.
-async fn prepare_tenant(
+/// locks the proposals (in id order) and reads, for the approvals, the SOPs
+/// and targets they rest on as they are now.
+async fn lock_tenant(
     conn: &mut PgConnection,
     tenant: &str,
     items: &[&(ReviewKey, Decision)],
-    now: Millis,
-) -> Result<(Vec<RecordOutcome>, Writes)> {
+) -> Result<HashMap<String, Found>> {
     let mut ids: Vec<&str> = items.iter().map(|(k, _)| k.id.as_str()).collect();
     // In id order (see `scope::by_tenant`).
     ids.sort_unstable();
     let mut rows = Vec::with_capacity(ids.len());
     for id in ids {
-        let row: Option<(String, String, String)> = sqlx::query_as(LOCK_FOR_DECISION)
+        let row: Option<(String, String, String, String)> = sqlx::query_as(LOCK_FOR_DECISION)
             .bind(tenant)
             .bind(id)
             .fetch_optional(&mut *conn)
             .await?;
         rows.extend(row);
     }
-    let mut current = HashMap::with_capacity(rows.len());
-    for (id, state, target) in rows {
-        let state: ProposalState = state
-            .parse()
-            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
-        current.insert(id, (state, target));
-    }
 
     // Approvals: the SOP and target as they are at commit, in one statement.
+    let targets: HashMap<&str, &str> = rows
+        .iter()
+        .map(|(id, _, target, _)| (id.as_str(), target.as_str()))
+        .collect();
     let (approved, (sops, targets)): (Vec<&str>, (Vec<String>, Vec<String>)) = items
         .iter()
         .filter(|(_, d)| d.outcome == DecisionOutcome::Approve)
         .filter_map(|(k, d)| {
-            let (_, target) = current.get(&k.id)?;
+            let target = targets.get(k.id.as_str())?;
             Some((
                 k.id.as_str(),
-                (d.sop_id.clone().unwrap_or_default(), target.clone()),
+                (d.sop_id.clone().unwrap_or_default(), (*target).to_owned()),
             ))
         })
         .unzip();
-    let mut facts_now = HashMap::new();
+    let mut approvals = HashMap::new();
     if !approved.is_empty() {
-        let rows: Vec<FactsAtCommit> = sqlx::query_as(
+        let facts: Vec<ApprovalFacts> = sqlx::query_as(
             "SELECT b.id, s.version, s.retired, t.status
              FROM unnest($2::text[], $3::text[], $4::text[]) AS b(id, sop, target)
              LEFT JOIN sops s ON s.tenant = $1 AND s.id = b.sop
@@ -459,77 +409,42 @@ async fn prepare_tenant(
         .bind(&targets)
         .fetch_all(&mut *conn)
         .await?;
-        for (id, version, retired, status) in rows {
-            let sop = version.map(|v| (v, retired.unwrap_or(false)));
-            facts_now.insert(id, (sop, status));
+        for (id, version, retired, status) in facts {
+            approvals.insert(id, (version, retired, status));
         }
     }
 
-    let mut out = Vec::with_capacity(items.len());
-    let mut writes = Writes::default();
-    for (key, decision) in items {
-        let Some((state, target)) = current.get(&key.id) else {
-            return Err(StoreError::NotFound(format!("proposal `{}`", key.id)));
-        };
-        let next = next_state(decision);
-        if state.is_terminal() {
-            sqlx::query(
-                "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(tenant)
-            .bind(&key.id)
-            .bind(decision.outcome.as_str())
-            .bind(state.as_str())
-            .bind(&decision.reviewer)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?;
-            out.push(RecordOutcome::Discarded(*state));
-            continue;
-        }
-        if !state.can_become(next) {
-            out.push(RecordOutcome::Stale(format!(
-                "proposal {} is {state}; it cannot become {next}",
-                key.id
-            )));
-            continue;
-        }
-        if decision.outcome == DecisionOutcome::Approve {
-            let (sop, status) = facts_now.get(&key.id).cloned().unwrap_or_default();
-            if let Some(why) = stale_because(decision, target, sop, status.as_deref()) {
-                out.push(RecordOutcome::Stale(why));
-                continue;
-            }
-        }
-        writes.decisions.push(serde_json::json!({
-            "proposal_id": key.id,
-            "tenant": tenant,
-            "outcome": decision.outcome.as_str(),
-            "reason": decision.reason,
-            "agent_message": decision.agent_message,
-            "sop_id": decision.sop_id,
-            "sop_version": decision.sop_version,
-            "rollback_path": decision.rollback_path,
-            "gates_json": serde_json::to_string(&decision.gates).expect("gates serialize"),
-            "missing_gates_json": serde_json::to_string(&decision.missing_gates).expect("names serialize"),
-            "reviewer": decision.reviewer,
-            "decided_at": decision.decided_at,
-            "summary": decision.summary,
-            "review_latency_ms": i64::try_from(decision.review_latency_ms).unwrap_or(i64::MAX),
-        }));
-        writes.changes.push(StateChange {
-            id: key.id.clone(),
-            prev: *state,
-            next,
-            decided_at: decision.decided_at,
-        });
-        if decision.outcome == DecisionOutcome::Reject {
-            writes.rejected.push(key.id.clone());
-        }
-        out.push(RecordOutcome::Recorded);
+    let mut found = HashMap::with_capacity(rows.len());
+    for (id, state, target, operator) in rows {
+        let approval = approvals.get(&id).cloned();
+        let proposal = Found::parse(&id, &state, target, operator, approval)?;
+        found.insert(id, proposal);
     }
-    Ok((out, writes))
+    Ok(found)
+}
+
+/// Logs one tenant's late results (their proposals were already terminal).
+async fn log_discarded(
+    conn: &mut PgConnection,
+    tenant: &str,
+    plan: &recording::Plan<'_>,
+    now: Millis,
+) -> Result<()> {
+    for (key, decision, state) in &plan.discarded {
+        sqlx::query(
+            "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(tenant)
+        .bind(&key.id)
+        .bind(decision.outcome.as_str())
+        .bind(state.as_str())
+        .bind(&decision.reviewer)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// One proposal takes its decided state (`$4`, at `$5`) if it is still in
@@ -551,19 +466,19 @@ pub const DECIDED_STATE: &str = "UPDATE proposals SET state = $4, decided_at = $
 async fn change_states(
     conn: &mut PgConnection,
     tenant: &str,
-    writes: &Writes,
+    writes: &[Write<'_>],
     now: Millis,
 ) -> Result<()> {
-    let expected = writes.changes.len() as u64;
+    let expected = writes.len() as u64;
     let mut updated = 0;
-    for change in &writes.changes {
+    for write in writes {
         updated += sqlx::query(DECIDED_STATE)
             .bind(tenant)
             .bind(now)
-            .bind(&change.id)
-            .bind(change.next.as_str())
-            .bind(change.decided_at)
-            .bind(change.prev.as_str())
+            .bind(&write.key.id)
+            .bind(write.next.as_str())
+            .bind(write.decision.decided_at)
+            .bind(write.prev.as_str())
             .execute(&mut *conn)
             .await?
             .rows_affected();
@@ -580,7 +495,8 @@ async fn change_states(
 /// The second phase, second half: one tenant's decisions. The first takes the
 /// event log's lock (migration 0010), to draw its commit order: after this the
 /// transaction only appends under that lock, and commits.
-async fn insert_decisions(conn: &mut PgConnection, writes: &Writes) -> Result<()> {
+async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Result<()> {
+    let rows: Vec<serde_json::Value> = writes.iter().map(Write::row).collect();
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
              sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
@@ -593,7 +509,7 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &Writes) -> Result<()
              rollback_path text, gates_json text, missing_gates_json text, reviewer text,
              decided_at bigint, summary text, review_latency_ms bigint)",
     )
-    .bind(serde_json::to_string(&writes.decisions).expect("rows serialize"))
+    .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -625,17 +541,4 @@ pub async fn overdue(
             started_at,
         })
         .collect())
-}
-
-pub async fn discarded(pool: &PgPool, tenant: &str, id: &str) -> Result<u64> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM discarded_results WHERE tenant = $1 AND proposal_id = $2",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(n.max(0) as u64)
 }

@@ -4,7 +4,9 @@ use countersign_domain::Millis;
 use sqlx::{PgConnection, PgPool};
 
 use super::scope;
-use crate::{BreakerReset, RecentRejection, Result, ReviewKey, StoreError, now_ms};
+use crate::{
+    BreakerReset, RecentRejection, Result, ReviewKey, StoreError, now_ms, recording::Breakers,
+};
 
 #[tracing::instrument(name = "store.postgres.record_suppressed", skip_all, fields(proposals = counts.len()))]
 pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
@@ -62,42 +64,75 @@ pub async fn record(pool: &PgPool, counts: Vec<(ReviewKey, u64)>) -> Result<()> 
     Ok(())
 }
 
-/// Logs BREAKER_TRIPPED for each just-rejected proposal (of `tenant`) that is
-/// exactly its operator's threshold-th rejection in the tenant's window since
-/// the last reset. Runs inside the transaction that records the rejections, in
-/// the tenant's scope, after its last row lock and its pending events (see
+/// Tenant `$1`'s breaker rule, and the last reset of each of operators `$2`:
+/// one row per operator.
+const BREAKERS: &str = "SELECT o.operator, t.breaker_threshold, t.breaker_window_ms,
+        COALESCE(r.reset_at, 0)
+     FROM tenants AS t
+     CROSS JOIN unnest($2::text[]) AS o(operator)
+     LEFT JOIN breaker_resets AS r ON r.tenant = t.name AND r.operator = o.operator
+     WHERE t.name = $1";
+
+/// Tenant `$1`'s rejections by operators `$2` decided after `$3` (a range of
+/// the partial index per operator).
+#[doc(hidden)]
+pub const REJECTIONS: &str = "SELECT operator, decided_at, id FROM proposals
+     WHERE tenant = $1 AND operator = ANY($2) AND state = 'rejected' AND decided_at > $3";
+
+/// Of `rejected` (one tenant's just-rejected proposals: id and operator),
+/// those that trip their operator's breaker (`recording::Breakers::trips`).
+/// One statement reads the rule and the operators' resets and, where the
+/// breaker is on, one more their rejections of the window. Runs in the
+/// tenant's scope, inside the transaction that records the rejections, after
+/// it has taken the event log's lock: a rejection another transaction
+/// committed first is counted.
+pub async fn trips(
+    conn: &mut PgConnection,
+    tenant: &str,
+    rejected: &[(&str, &str)],
+    now: Millis,
+) -> Result<Vec<String>> {
+    let mut operators: Vec<&str> = rejected.iter().map(|(_, operator)| *operator).collect();
+    operators.sort_unstable();
+    operators.dedup();
+    let rows = sqlx::query_as(BREAKERS)
+        .bind(tenant)
+        .bind(&operators)
+        .fetch_all(&mut *conn)
+        .await?;
+    let Some(breakers) = Breakers::from_rows(rows) else {
+        return Ok(Vec::new());
+    };
+    let Some(since) = breakers.rule.window_start(now) else {
+        return Ok(Vec::new());
+    };
+    let rejections = sqlx::query_as(REJECTIONS)
+        .bind(tenant)
+        .bind(&operators)
+        .bind(since)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(breakers.trips(rejections, rejected, now))
+}
+
+/// Logs BREAKER_TRIPPED for `ids` (of `tenant`, in that order), in its scope,
+/// after the transaction's last row lock and its pending events (see
 /// `scope::write_pending_events`).
 pub async fn log_trips(
     conn: &mut PgConnection,
     tenant: &str,
-    rejected: &[String],
+    ids: &[String],
     now: Millis,
 ) -> Result<()> {
-    if rejected.is_empty() {
-        return Ok(());
-    }
     sqlx::query(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          SELECT p.tenant, p.id, 'BREAKER_TRIPPED', p.state, $3
          FROM unnest($2::text[]) WITH ORDINALITY AS j(id, ord)
          JOIN proposals AS p ON p.tenant = $1 AND p.id = j.id
-         JOIN tenants AS t ON t.name = p.tenant
-         WHERE p.state = 'rejected'
-           -- CASE: the count runs only where the breaker is on, and walks only
-           -- the operator's recent rejections (a partial index).
-           AND CASE WHEN t.breaker_threshold > 0 THEN
-                 (SELECT COUNT(*) FROM proposals AS q
-                  WHERE q.tenant = p.tenant AND q.operator = p.operator AND q.state = 'rejected'
-                    AND q.decided_at > GREATEST($3 - t.breaker_window_ms,
-                        COALESCE((SELECT r.reset_at FROM breaker_resets AS r
-                                  WHERE r.tenant = p.tenant AND r.operator = p.operator), 0))
-                    AND (q.decided_at < p.decided_at
-                         OR (q.decided_at = p.decided_at AND q.id COLLATE \"C\" <= p.id)))
-               ELSE -1 END = t.breaker_threshold
          ORDER BY j.ord",
     )
     .bind(tenant)
-    .bind(rejected)
+    .bind(ids)
     .bind(now)
     .execute(&mut *conn)
     .await?;

@@ -9,34 +9,6 @@ pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEve
     StoreEvent::changed_to(tenant, proposal_id, state)
 }
 
-pub async fn of_proposal(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Vec<StoreEvent>> {
-    let rows = sqlx::query(
-        "SELECT tenant_cursor, tenant, proposal_id, kind, state FROM events
-         WHERE tenant = ? AND proposal_id = ? ORDER BY tenant_cursor",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            let kind: String = row.try_get("kind")?;
-            let state: String = row.try_get("state")?;
-            Ok(StoreEvent {
-                cursor: Some(row.try_get("tenant_cursor")?),
-                tenant: row.try_get("tenant")?,
-                proposal_id: row.try_get("proposal_id")?,
-                kind: kind
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.kind: {e}")))?,
-                state: state
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("events.state: {e}")))?,
-            })
-        })
-        .collect()
-}
-
 /// Every tenant's events past a log position (the fan-out).
 const AFTER_ALL: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS ev_cursor,
         e.kind AS ev_kind, e.state AS ev_state, e.created_at AS ev_at, p.*

@@ -313,11 +313,7 @@ impl Store for SqliteStore {
         reference::list_targets(&self.reader, tenant, after, limit).await
     }
 
-    async fn begin_reviews(
-        &self,
-        items: &[ReviewKey],
-        _reviewer: &str,
-    ) -> Result<Vec<BeginReview>> {
+    async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
         let items = items.to_vec();
         let (begun, events) = self
             .writer
@@ -356,14 +352,6 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<OverdueReview>> {
         review::overdue(&self.reader, started_before, limit).await
-    }
-
-    async fn discarded_results(&self, tenant: &str, id: &str) -> Result<u64> {
-        review::discarded(&self.reader, tenant, id).await
-    }
-
-    async fn proposal_events(&self, tenant: &str, id: &str) -> Result<Vec<crate::StoreEvent>> {
-        events::of_proposal(&self.reader, tenant, id).await
     }
 
     async fn events_after(

@@ -1,6 +1,8 @@
 //! The reviewer's side of the store: start a review, gather its facts, record
 //! its decision exactly once.
 
+use std::collections::{HashMap, HashSet};
+
 use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
 };
@@ -8,15 +10,12 @@ use rusqlite::OptionalExtension;
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{events, proposals};
+use crate::recording::{self, Found};
 use crate::rows::OwnedRow;
 use crate::{
     BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, facts,
     now_ms,
 };
-
-fn corrupt(what: String) -> StoreError {
-    StoreError::Corrupt(what)
-}
 
 pub async fn decision_of(conn: &mut SqliteConnection, id: &str) -> Result<Option<Decision>> {
     sqlx::query("SELECT * FROM decisions WHERE proposal_id = ?")
@@ -288,50 +287,34 @@ pub fn facts_here(
     Ok(facts::finish(out))
 }
 
-/// Whether an approval's facts still hold at commit: the cited SOP at the same
-/// version and active (`sop` is `version:retired` as stored), the target still
-/// ONLINE. `None` when they do.
-fn stale_because(
-    decision: &Decision,
-    target: &str,
-    sop: Option<&str>,
-    status: Option<&str>,
-) -> Option<String> {
-    let sop_id = decision.sop_id.as_deref().unwrap_or_default();
-    if let Some(version) = decision.sop_version {
-        match sop.and_then(|s| s.split_once(':')) {
-            Some((v, "0")) if v == version.to_string() => {}
-            Some((_, "1")) => return Some(format!("{sop_id} was retired during the review")),
-            Some((v, _)) => {
-                return Some(format!(
-                    "{sop_id} changed during the review (v{version} → v{v})"
-                ));
-            }
-            None => return Some(format!("{sop_id} vanished during the review")),
-        }
-    }
-    match status {
-        Some("online") => None,
-        Some(other) => Some(format!("target {target} became {other} during the review")),
-        None => Some(format!("target {target} vanished during the review")),
-    }
-}
-
 /// A proposal a batch decides, as it is at commit: tenant, id, state, target,
-/// and for an approval its cited SOP's `version:retired` and its target's status.
+/// operator, and the cited SOP's version and retired flag and the target's
+/// status (read for every item, used for approvals).
 type OpenRow = (
     String,
     String,
     String,
     String,
-    Option<String>,
+    String,
+    Option<i64>,
+    Option<bool>,
     Option<String>,
 );
 
+/// The proposals of a batch (`?1`: `[tenant, id, cited SOP]` as JSON), each
+/// with its cited SOP and its target, as they are at commit.
+const AT_COMMIT: &str = "
+SELECT p.tenant, p.id, p.state, p.target, p.operator, s.version, s.retired, t.status
+FROM json_each(?1) AS j CROSS JOIN proposals AS p
+  ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')
+LEFT JOIN sops AS s ON s.tenant = p.tenant AND s.id = json_extract(j.value, '$[2]')
+LEFT JOIN targets AS t ON t.tenant = p.tenant AND t.id = p.target";
+
 /// Records many decisions in one transaction, in a handful of statements
-/// whatever the batch size; answers in order. Each proposal must still be open
-/// (else the late result is logged and dropped); approvals are re-checked
-/// against the SOP and target as they are now.
+/// whatever the batch size; answers in order. What becomes of each result is
+/// the domain's rule (`recording::plan`), applied to the proposals as they
+/// are in this transaction: late results are logged and dropped, approvals
+/// whose SOP or target moved are stale.
 #[tracing::instrument(name = "store.sqlite.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub fn record_many(
     conn: &mut rusqlite::Connection,
@@ -339,8 +322,7 @@ pub fn record_many(
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
     let tx = conn.transaction()?;
     let now = now_ms();
-    // Each proposal as it is now and, for an approval, its SOP and target as
-    // they are at commit, in one statement (`version:retired` of the cited SOP).
+    // Each proposal as it is now, with its cited SOP and target, in one statement.
     let keys: Vec<[&str; 3]> = items
         .iter()
         .map(|(k, d)| {
@@ -351,101 +333,56 @@ pub fn record_many(
             [k.tenant.as_str(), k.id.as_str(), sop]
         })
         .collect();
+    let approvals: HashSet<(&str, &str)> = items
+        .iter()
+        .filter(|(_, d)| d.outcome == DecisionOutcome::Approve)
+        .map(|(k, _)| (k.tenant.as_str(), k.id.as_str()))
+        .collect();
     let rows: Vec<OpenRow> = tx
-        .prepare_cached(
-            "SELECT p.tenant, p.id, p.state, p.target,
-                    (SELECT version || ':' || retired FROM sops
-                     WHERE tenant = p.tenant AND id = json_extract(j.value, '$[2]')),
-                    (SELECT status FROM targets WHERE tenant = p.tenant AND id = p.target)
-             FROM json_each(?1) AS j CROSS JOIN proposals AS p
-               ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')",
+        .prepare_cached(AT_COMMIT)?
+        .query_map(
+            [serde_json::to_string(&keys).expect("keys serialize")],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            },
         )?
-        .query_map([serde_json::to_string(&keys).expect("keys serialize")], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-        })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut current = std::collections::HashMap::new();
-    let mut facts_now = std::collections::HashMap::new();
-    for (tenant, id, state, target, sop, status) in rows {
-        let state: ProposalState = state
-            .parse()
-            .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
-        facts_now.insert((tenant.clone(), id.clone()), (sop, status));
-        current.insert((tenant, id), (state, target));
+    let mut found = HashMap::with_capacity(rows.len());
+    for (tenant, id, state, target, operator, version, retired, status) in rows {
+        let approval = approvals
+            .contains(&(tenant.as_str(), id.as_str()))
+            .then_some((version, retired, status));
+        let proposal = Found::parse(&id, &state, target, operator, approval)?;
+        found.insert((tenant, id), proposal);
     }
+    let plan = recording::plan(&items, |k| found.get(&(k.tenant.clone(), k.id.clone())))?;
 
-    let mut out = Vec::with_capacity(items.len());
-    let mut writes = Vec::new();
-    let mut changes = Vec::new();
-    let mut events = Vec::new();
-    for (key, decision) in &items {
-        let id = (key.tenant.clone(), key.id.clone());
-        let Some((state, target)) = current.get(&id) else {
-            return Err(StoreError::NotFound(format!("proposal `{}`", key.id)));
-        };
-        let next = match decision.outcome {
-            DecisionOutcome::Approve => ProposalState::Approved,
-            DecisionOutcome::Reject => ProposalState::Rejected,
-            DecisionOutcome::TimedOut => ProposalState::TimedOut,
-        };
-        if state.is_terminal() {
-            tx.prepare_cached(
-                "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
-                 VALUES (?, ?, ?, ?, ?, ?)",
-            )?
-            .execute(rusqlite::params![
-                key.tenant,
-                key.id,
-                decision.outcome.as_str(),
-                state.as_str(),
-                decision.reviewer,
-                now
-            ])?;
-            out.push(RecordOutcome::Discarded(*state));
-            continue;
-        }
-        if !state.can_become(next) {
-            out.push(RecordOutcome::Stale(format!(
-                "proposal {} is {state}; it cannot become {next}",
-                key.id
-            )));
-            continue;
-        }
-        if decision.outcome == DecisionOutcome::Approve {
-            let (sop, status) = facts_now.get(&id).cloned().unwrap_or_default();
-            if let Some(why) = stale_because(decision, target, sop.as_deref(), status.as_deref()) {
-                out.push(RecordOutcome::Stale(why));
-                continue;
-            }
-        }
-        writes.push(serde_json::json!({
-            "proposal_id": key.id,
-            "tenant": key.tenant,
-            "outcome": decision.outcome.as_str(),
-            "reason": decision.reason,
-            "agent_message": decision.agent_message,
-            "sop_id": decision.sop_id,
-            "sop_version": decision.sop_version,
-            "rollback_path": decision.rollback_path,
-            "gates_json": serde_json::to_string(&decision.gates).expect("gates serialize"),
-            "missing_gates_json": serde_json::to_string(&decision.missing_gates).expect("names serialize"),
-            "reviewer": decision.reviewer,
-            "decided_at": decision.decided_at,
-            "summary": decision.summary,
-            "review_latency_ms": decision.review_latency_ms,
-        }));
-        changes.push(serde_json::json!([
+    for (key, decision, state) in &plan.discarded {
+        tx.prepare_cached(
+            "INSERT INTO discarded_results (tenant, proposal_id, outcome, state_found, reviewer, at)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )?
+        .execute(rusqlite::params![
             key.tenant,
             key.id,
+            decision.outcome.as_str(),
             state.as_str(),
-            next.as_str(),
-            decision.decided_at
-        ]));
-        events.push(events::signal(&key.tenant, &key.id, next));
-        out.push(RecordOutcome::Recorded);
+            decision.reviewer,
+            now
+        ])?;
     }
-
+    let writes = &plan.writes;
     if !writes.is_empty() {
+        let rows: Vec<serde_json::Value> = writes.iter().map(recording::Write::row).collect();
         tx.prepare_cached(
             "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
                  sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
@@ -459,8 +396,19 @@ pub fn record_many(
                     json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms')
              FROM json_each(?1)",
         )?
-        .execute([serde_json::Value::Array(writes).to_string()])?;
-        let expected = changes.len();
+        .execute([serde_json::Value::Array(rows).to_string()])?;
+        let changes: Vec<serde_json::Value> = writes
+            .iter()
+            .map(|w| {
+                serde_json::json!([
+                    w.key.tenant,
+                    w.key.id,
+                    w.prev.as_str(),
+                    w.next.as_str(),
+                    w.decision.decided_at
+                ])
+            })
+            .collect();
         let updated = tx.prepare_cached(
             "UPDATE proposals SET state = batch.next, decided_at = batch.decided_at, updated_at = ?1
              FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id,
@@ -471,24 +419,21 @@ pub fn record_many(
                AND proposals.state = batch.prev",
         )?
         .execute(rusqlite::params![now, serde_json::Value::Array(changes).to_string()])?;
-        if updated != expected {
+        if updated != writes.len() {
             // Something moved under us: write nothing, let the reviews retry.
             return Err(StoreError::FailedPrecondition(
                 "proposals changed under their decisions".into(),
             ));
         }
-        let rejected: Vec<[&str; 2]> = items
-            .iter()
-            .zip(&out)
-            .filter(|((_, d), o)| {
-                d.outcome == DecisionOutcome::Reject && matches!(o, RecordOutcome::Recorded)
-            })
-            .map(|((k, _), _)| [k.tenant.as_str(), k.id.as_str()])
-            .collect();
-        super::suppression::log_trips(&tx, &rejected, now)?;
+        super::suppression::log_trips(&tx, writes, now)?;
     }
+    let events = writes
+        .iter()
+        .map(|w| events::signal(&w.key.tenant, &w.key.id, w.next))
+        .collect();
+    let outcomes = plan.outcomes;
     tx.commit()?;
-    Ok((out, events))
+    Ok((outcomes, events))
 }
 
 pub async fn overdue(
@@ -514,27 +459,23 @@ pub async fn overdue(
         .collect())
 }
 
-pub async fn discarded(pool: &SqlitePool, tenant: &str, id: &str) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM discarded_results WHERE tenant = ? AND proposal_id = ?",
-    )
-    .bind(tenant)
-    .bind(id)
-    .fetch_one(pool)
-    .await?;
-    Ok(n.max(0) as u64)
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::{SqliteStore, Store};
+    use countersign_domain::ProposalState;
+
+    use crate::{NewProposal, RecordOutcome, ReviewKey, SqliteStore, Store};
+
+    async fn store(dir: &tempfile::TempDir) -> SqliteStore {
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
 
     /// The steps of `query`'s plan on a freshly migrated database.
     async fn plan_of(query: &str) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let store = SqliteStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = store(&dir).await;
         let plan: Vec<(i64, i64, i64, String)> =
             sqlx::query_as(&format!("EXPLAIN QUERY PLAN {query}"))
                 .fetch_all(&store.writer_pool())
@@ -576,5 +517,92 @@ mod tests {
                 "tenant_wide={tenant_wide} clusters={clusters}: {steps:#?}"
             );
         }
+    }
+
+    /// A batch's proposals, their SOPs and their targets are each read by key.
+    #[tokio::test]
+    async fn a_batch_reads_its_proposals_sops_and_targets_by_key() {
+        let steps = plan_of(super::AT_COMMIT).await;
+        assert_eq!(
+            steps[1..],
+            [
+                "SEARCH p USING INDEX sqlite_autoindex_proposals_1 (id=?)",
+                "SEARCH s USING INDEX sqlite_autoindex_sops_1 (tenant=? AND id=?) LEFT-JOIN",
+                "SEARCH t USING INDEX sqlite_autoindex_targets_1 (tenant=? AND id=?) LEFT-JOIN",
+            ],
+            "{steps:#?}"
+        );
+    }
+
+    /// A late result is logged in `discarded_results` (an operator's record:
+    /// no code path reads it back).
+    #[tokio::test]
+    async fn a_late_result_is_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        store.create_tenant("a").await.unwrap();
+        let spec = countersign_domain::ProposalSpec {
+            action: "host_restart_service".into(),
+            class: countersign_domain::OperationClass::Write,
+            target: "node-01".into(),
+            parameters: Default::default(),
+            reason: "r".into(),
+            blast_radius: countersign_domain::BlastRadius::SingleDevice,
+            operator: "o".into(),
+            context_summary: String::new(),
+            incident_id: String::new(),
+            labels: Default::default(),
+            rollback_plan: String::new(),
+            force_approve_no_sop: false,
+            idempotency_key: String::new(),
+        };
+        let p = store
+            .insert_proposal(NewProposal {
+                tenant: "a".into(),
+                spec,
+                submitted_by: "t".into(),
+                submitted_key: None,
+                trace_parent: None,
+            })
+            .await
+            .unwrap()
+            .proposal()
+            .clone();
+        let key = ReviewKey {
+            tenant: "a".into(),
+            id: p.id.clone(),
+        };
+        store
+            .begin_reviews(std::slice::from_ref(&key))
+            .await
+            .unwrap();
+        let stamp = countersign_domain::review::ReviewStamp {
+            reviewer: "w".into(),
+            decided_at: countersign_domain::now_ms(),
+            latency_ms: 1,
+        };
+        let decision = countersign_domain::review::failed("lost", stamp);
+        let mut outcomes = store
+            .record_decisions(vec![(key.clone(), decision.clone())])
+            .await
+            .unwrap();
+        outcomes.extend(store.record_decisions(vec![(key, decision)]).await.unwrap());
+        assert!(
+            matches!(
+                outcomes[..],
+                [
+                    RecordOutcome::Recorded,
+                    RecordOutcome::Discarded(ProposalState::Rejected)
+                ]
+            ),
+            "{outcomes:?}"
+        );
+        let logged: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT proposal_id, outcome, state_found FROM discarded_results WHERE tenant = 'a'",
+        )
+        .fetch_all(&store.writer_pool())
+        .await
+        .unwrap();
+        assert_eq!(logged, [(p.id, "reject".into(), "rejected".into())]);
     }
 }

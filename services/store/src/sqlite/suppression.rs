@@ -3,7 +3,12 @@
 use countersign_domain::Millis;
 use sqlx::SqlitePool;
 
-use crate::{BreakerReset, RecentRejection, Result, ReviewKey, StoreError, now_ms};
+use crate::{
+    BreakerReset, RecentRejection, Result, ReviewKey, StoreError,
+    facts::by_tenant,
+    now_ms,
+    recording::{Breakers, Write},
+};
 
 #[tracing::instrument(name = "store.sqlite.record_suppressed", skip_all, fields(proposals = counts.len()))]
 pub async fn record(writer: &SqlitePool, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
@@ -40,34 +45,81 @@ pub async fn record(writer: &SqlitePool, counts: Vec<(ReviewKey, u64)>) -> Resul
     Ok(())
 }
 
-/// Logs BREAKER_TRIPPED for each just-rejected proposal that is exactly its
-/// operator's threshold-th rejection in the tenant's window since the last
-/// reset. Runs inside the transaction that records the rejections.
-pub fn log_trips(conn: &rusqlite::Connection, rejected: &[[&str; 2]], now: Millis) -> Result<()> {
-    if rejected.is_empty() {
+/// Tenant `?1`'s breaker rule, and the last reset of each of operators `?2`
+/// (a JSON array): one row per operator.
+const BREAKERS: &str = "
+SELECT o.value, t.breaker_threshold, t.breaker_window_ms, COALESCE(r.reset_at, 0)
+FROM tenants AS t
+CROSS JOIN (SELECT DISTINCT value FROM json_each(?2)) AS o
+LEFT JOIN breaker_resets AS r ON r.tenant = t.name AND r.operator = o.value
+WHERE t.name = ?1";
+
+/// Tenant `?1`'s rejections by operators `?2` (a JSON array) decided after
+/// `?3`: one range of a partial index per operator.
+const REJECTIONS: &str = "
+SELECT operator, decided_at, id FROM proposals INDEXED BY proposals_operator_rejections
+WHERE tenant = ?1 AND operator IN (SELECT value FROM json_each(?2)) AND state = 'rejected'
+  AND decided_at > ?3";
+
+/// Logs BREAKER_TRIPPED for each rejection among `writes` that trips its
+/// operator's breaker (`recording::Breakers::trips`), inside the transaction
+/// that records them, after their state changes. Per tenant, one statement
+/// reads the rule and the operators' resets and, where the breaker is on, one
+/// more their rejections of the window.
+pub fn log_trips(conn: &rusqlite::Connection, writes: &[Write<'_>], now: Millis) -> Result<()> {
+    let rejected: Vec<&Write<'_>> = writes.iter().filter(|w| w.rejects()).collect();
+    // Indices into `rejected` of the rejections that trip.
+    let mut tripped = Vec::new();
+    for (tenant, indices) in by_tenant(&rejected, |w| w.key.tenant.as_str()) {
+        let group: Vec<(&str, &str)> = indices
+            .iter()
+            .map(|&i| (rejected[i].key.id.as_str(), rejected[i].operator.as_str()))
+            .collect();
+        let operators: Vec<&str> = group.iter().map(|(_, operator)| *operator).collect();
+        let operators = serde_json::to_string(&operators).expect("names serialize");
+        let rows = conn
+            .prepare_cached(BREAKERS)?
+            .query_map(rusqlite::params![tenant, operators], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let Some(breakers) = Breakers::from_rows(rows) else {
+            continue;
+        };
+        let Some(since) = breakers.rule.window_start(now) else {
+            continue;
+        };
+        let rejections = conn
+            .prepare_cached(REJECTIONS)?
+            .query_map(rusqlite::params![tenant, operators, since], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let ids = breakers.trips(rejections, &group, now);
+        tripped.extend(
+            indices
+                .into_iter()
+                .filter(|&i| ids.contains(&rejected[i].key.id)),
+        );
+    }
+    if tripped.is_empty() {
         return Ok(());
     }
+    // In the batch's order.
+    tripped.sort_unstable();
+    let tripped: Vec<[&str; 2]> = tripped
+        .into_iter()
+        .map(|i| [rejected[i].key.tenant.as_str(), rejected[i].key.id.as_str()])
+        .collect();
     conn.prepare_cached(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          SELECT p.tenant, p.id, 'BREAKER_TRIPPED', p.state, ?2
          FROM json_each(?1) AS j
          CROSS JOIN proposals AS p
-           ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')
-         CROSS JOIN tenants AS t ON t.name = p.tenant
-         WHERE p.state = 'rejected'
-           -- CASE: the count runs only where the breaker is on, and walks only
-           -- the operator's recent rejections (a partial index).
-           AND CASE WHEN t.breaker_threshold > 0 THEN
-                 (SELECT COUNT(*) FROM proposals AS q INDEXED BY proposals_operator_rejections
-                  WHERE q.tenant = p.tenant AND q.operator = p.operator AND q.state = 'rejected'
-                    AND q.decided_at > MAX(?2 - t.breaker_window_ms,
-                        COALESCE((SELECT r.reset_at FROM breaker_resets AS r
-                                  WHERE r.tenant = p.tenant AND r.operator = p.operator), 0))
-                    AND (q.decided_at < p.decided_at OR (q.decided_at = p.decided_at AND q.id <= p.id)))
-               ELSE -1 END = t.breaker_threshold",
+           ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')",
     )?
     .execute(rusqlite::params![
-        serde_json::to_string(rejected).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        serde_json::to_string(&tripped).expect("keys serialize"),
         now
     ])?;
     Ok(())
@@ -127,4 +179,44 @@ pub async fn rejections(reader: &SqlitePool, since: Millis) -> Result<Vec<Recent
             decided_at,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{SqliteStore, Store};
+
+    /// The tenant and each operator's reset are read by key, an operator's
+    /// rejections as one range of the partial index.
+    #[tokio::test]
+    async fn the_breakers_are_read_by_key_and_index_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut searches = Vec::new();
+        for query in [super::BREAKERS, super::REJECTIONS] {
+            let plan: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {query}"))
+                    .fetch_all(&store.writer_pool())
+                    .await
+                    .unwrap();
+            for (_, _, _, step) in plan {
+                assert!(
+                    !(step.starts_with("SCAN") && step.contains("proposals")),
+                    "{step}"
+                );
+                if step.starts_with("SEARCH") {
+                    searches.push(step);
+                }
+            }
+        }
+        assert_eq!(
+            searches,
+            [
+                "SEARCH t USING INDEX sqlite_autoindex_tenants_1 (name=?)",
+                "SEARCH r USING INDEX sqlite_autoindex_breaker_resets_1 (tenant=? AND operator=?) LEFT-JOIN",
+                "SEARCH proposals USING INDEX proposals_operator_rejections (tenant=? AND operator=? AND decided_at>?)",
+            ]
+        );
+    }
 }

@@ -1,13 +1,15 @@
 //! Smoke runs of the load generator, so the harness cannot rot. They check
 //! that a run completes and accounts for every proposal; they assert no timing.
+//! The server is the `countersign` binary beside `countersign-bench` (a
+//! workspace build or test run builds both; alone: `cargo build -p countersign`).
 
 use std::process::Command;
 
-/// Runs `countersign bench <args>` and returns its JSON report.
+/// Runs `countersign-bench <args>` and returns its JSON report.
 fn bench(args: &[&str]) -> serde_json::Value {
     let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_countersign"))
-        .args(["bench", "--out-dir"])
+    let output = Command::new(env!("CARGO_BIN_EXE_countersign-bench"))
+        .arg("--out-dir")
         .arg(out.path())
         .args(["--baseline-time", "200ms", "--reviewers", "2"])
         .args(args)
@@ -247,5 +249,26 @@ fn a_tiny_audit_query_run_pages_the_log_and_verifies_every_entry() {
             .as_u64()
             .unwrap()
             >= 40
+    );
+}
+
+#[test]
+fn without_a_countersign_binary_the_run_says_where_it_looked_and_how_to_build_one() {
+    let out = tempfile::tempdir().unwrap();
+    let missing = out.path().join("no-such-countersign");
+    let output = Command::new(env!("CARGO_BIN_EXE_countersign-bench"))
+        .arg("--out-dir")
+        .arg(out.path())
+        .arg("--countersign")
+        .arg(&missing)
+        .args(["submit-decide", "--proposals", "1"])
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&missing.display().to_string()) && stderr.contains("cargo build"),
+        "{stderr}"
     );
 }
