@@ -959,7 +959,7 @@ pub async fn a_time_window_finds_decisions_committed_out_of_time_order(store: Dy
 
 /// Decides `p` as failed (a rejection) at `decided_at`.
 async fn reject(store: &DynStore, p: &countersign_domain::Proposal, decided_at: i64) {
-    begin_review(&store, &p.tenant, &p.id).await.unwrap();
+    begin_review(store, &p.tenant, &p.id).await.unwrap();
     let stamp = countersign_domain::review::ReviewStamp {
         reviewer: "w".into(),
         decided_at,
@@ -1173,7 +1173,7 @@ async fn reviewing(store: &DynStore, tenant: &str, operator: &str) -> countersig
     let mut new = new_proposal(tenant, "");
     new.spec.operator = operator.into();
     let p = store.insert_proposal(new).await.unwrap().proposal().clone();
-    begin_review(&store, tenant, &p.id).await.unwrap();
+    begin_review(store, tenant, &p.id).await.unwrap();
     p
 }
 
