@@ -70,10 +70,12 @@ fn api_config(config: &Config, signing_key: SigningKey) -> ApiConfig {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let signal = shutdown_signal()?;
     // The process's one shutdown token: every background task holds it or a
-    // child of it. SIGINT or SIGTERM cancels `draining`, a child: the API and
-    // the reviewers stop taking work and drain (README "Shutdown"), each part
-    // stopping its own children in turn; the root goes last, taking whatever
-    // is left (after the grace period, what was cut short).
+    // child of it (the fan-out's pump aside: it runs as long as the streams it
+    // feeds, which the API ends once health reports NOT_SERVING). SIGINT or
+    // SIGTERM cancels `draining`, a child: the API and the reviewers stop
+    // taking work and drain (README "Shutdown"), each part stopping its own
+    // children in turn; the root goes last, taking whatever is left (after
+    // the grace period, what was cut short).
     let shutdown = CancellationToken::new();
     let draining = shutdown.child_token();
     tokio::spawn({
