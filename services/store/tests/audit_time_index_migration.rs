@@ -27,17 +27,8 @@ fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
-/// The backend's migrations before 0008, in a directory of their own.
 fn before_time_index(backend: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(migrations(backend)).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.as_str() < "0008" {
-            std::fs::copy(&path, dir.path().join(name)).unwrap();
-        }
-    }
-    dir
+    support::migrations_before(backend, "0008")
 }
 
 /// (tenant, sequence) for each entry of ENTRIES.

@@ -16,17 +16,8 @@ fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
-/// The backend's migrations before 0016, in a directory of their own.
 fn before_escalation(backend: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(migrations(backend)).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.as_str() < "0016" {
-            std::fs::copy(&path, dir.path().join(name)).unwrap();
-        }
-    }
-    dir
+    support::migrations_before(backend, "0016")
 }
 
 const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,

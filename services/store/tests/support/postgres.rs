@@ -172,3 +172,20 @@ pub fn rejection(
     };
     countersign_domain::review::decide(&verdict, &spec.into(), stamp)
 }
+
+/// The backend's migrations numbered below `version`, in a directory of their
+/// own: a database migrated from it is one made before `version`, for the
+/// tests that upgrade such a database.
+pub fn migrations_before(backend: &str, version: &str) -> tempfile::TempDir {
+    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../migrations/{backend}"));
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(all).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < version {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    dir
+}
