@@ -913,6 +913,16 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert!(line.starts_with("countersign listening on "), "{line:?}");
+    // The address is announced once bound; the API logs that it serves a
+    // moment later (a stop before then ends the start without that line).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("countersign API serving")
+    {
+        assert!(std::time::Instant::now() < deadline, "the API never logged that it serves");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")
