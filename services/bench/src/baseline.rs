@@ -7,7 +7,7 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous},
 };
 
-/// Single-row inserts per second into SQLite (WAL, synchronous=NORMAL, as the
+/// Single-row inserts per second into SQLite (WAL, synchronous=FULL, as the
 /// embedded store runs), one row per transaction, one connection, for `span`.
 pub async fn sqlite_insert_rate(span: Duration) -> anyhow::Result<f64> {
     let dir = tempfile::tempdir()?;
@@ -15,7 +15,7 @@ pub async fn sqlite_insert_rate(span: Duration) -> anyhow::Result<f64> {
         .filename(dir.path().join("baseline.db"))
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
+        .synchronous(SqliteSynchronous::Full)
         .connect()
         .await?;
     sqlx::query(

@@ -55,6 +55,10 @@ fn spawn(
             "--rate-limit-burst",
             "1000000",
         ])
+        // One load generator holds every watcher on one key: the per-key
+        // and per-tenant stream caps would refuse `watch-fanout`'s.
+        .args(["--watch-max-streams-per-key", "100000"])
+        .args(["--watch-max-streams-per-tenant", "100000"])
         .arg("--data-dir")
         .arg(data_dir)
         // The server's own log filter; `warn` unless the caller asks for more.
