@@ -170,3 +170,22 @@ async fn refused_credentials_past_the_limit_are_resource_exhausted_and_valid_key
     let status = assert_code(app.get(&valid, "x").await, Code::NotFound);
     assert!(status.message().contains('x'), "{status:?}");
 }
+
+#[tokio::test]
+async fn only_the_public_rpcs_in_the_table_go_without_a_credential() {
+    let app = TestApp::spawn().await;
+    let key = app.key("acme", Role::Coordinator).await;
+    // A method the health service does not have is no public RPC: it needs a
+    // credential like any path not in the table.
+    for path in [
+        "/grpc.health.v1.Health/Nope",
+        "/countersign.v1.ProposalService/Nope",
+    ] {
+        let refused =
+            crate::service::raw_call(app.channel().await, "not-a-key", path, vec![]).await;
+        assert_eq!(refused.code(), Code::Unauthenticated, "{path}: {refused:?}");
+        assert_eq!(refused.message(), ONE_ANSWER);
+        let unknown = crate::service::raw_call(app.channel().await, &key, path, vec![]).await;
+        assert_eq!(unknown.code(), Code::Unimplemented, "{path}: {unknown:?}");
+    }
+}

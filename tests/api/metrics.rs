@@ -112,6 +112,12 @@ fn sum(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// The requests counted with labels `rpc` and `code`.
+fn requests(samples: &BTreeMap<String, f64>, rpc: &str, code: &str) -> f64 {
+    let (rpc, code) = (format!("rpc=\"{rpc}\""), format!("code=\"{code}\""));
+    sum(samples, "countersign_grpc_requests_total", &[&rpc, &code])
+}
+
 fn has(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> bool {
     samples.keys().any(|series| {
         let (series_name, rest) = series.split_once('{').unwrap_or((series.as_str(), ""));
@@ -329,16 +335,45 @@ async fn refused_credentials_and_undecodable_requests_are_counted_by_their_codes
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
 
     let samples = scrape(&served.metrics);
-    let submit = "rpc=\"/countersign.v1.ProposalService/Submit\"";
-    let count = |code: &str| {
-        sum(
-            &samples,
-            "countersign_grpc_requests_total",
-            &[submit, &format!("code=\"{code}\"")],
-        )
-    };
+    let count = |code| requests(&samples, "/countersign.v1.ProposalService/Submit", code);
     assert_eq!(count("Unauthenticated"), 3.0, "{samples:?}");
     assert_eq!(count("InvalidArgument"), 3.0, "{samples:?}");
     assert_eq!(count("ResourceExhausted"), 1.0, "{samples:?}");
     assert_eq!(count("Internal"), 0.0, "{samples:?}");
+}
+
+#[tokio::test]
+async fn a_path_not_in_the_rpc_table_is_unimplemented_and_counted_once_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "api");
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let channel = channel(&served.grpc).await;
+    for path in [
+        "/countersign.v1.ProposalService/Nope",
+        "/grpc.health.v1.Health/Nope",
+    ] {
+        let status = crate::service::raw_call(channel.clone(), key.trim(), path, vec![]).await;
+        assert_eq!(
+            status.code(),
+            tonic::Code::Unimplemented,
+            "{path}: {status:?}"
+        );
+    }
+    let status = crate::service::raw_call(
+        channel,
+        "not-a-key",
+        "/countersign.v1.ProposalService/Nope",
+        vec![],
+    )
+    .await;
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+
+    let samples = scrape(&served.metrics);
+    let count = |code| requests(&samples, "unknown", code);
+    assert_eq!(count("Unimplemented"), 2.0, "{samples:?}");
+    assert_eq!(count("Unauthenticated"), 1.0, "{samples:?}");
+    assert!(
+        !samples.keys().any(|series| series.contains("Nope")),
+        "a made-up path mints no series: {samples:?}"
+    );
 }

@@ -456,10 +456,7 @@ async fn the_breaker_opens_at_the_threshold_tells_oncall_and_an_admin_resets_it(
     }
     assert!(accepted, "a reset closes the breaker");
     assert_code(
-        app.store
-            .reset_breaker("ghost", "user_42")
-            .await
-            .map_err(|e| countersign_proto::to_status(&e)),
+        countersign_proto::OrStatus::or_status(app.store.reset_breaker("ghost", "user_42").await),
         Code::NotFound,
     );
 }

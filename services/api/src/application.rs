@@ -17,7 +17,11 @@ use countersign_queue::Peers;
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Server, server::TcpIncoming};
+use tonic::{
+    server::NamedService,
+    service::RoutesBuilder,
+    transport::{Server, server::TcpIncoming},
+};
 use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
 
@@ -26,8 +30,8 @@ use crate::{
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
     layers::{
-        AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, TenantBindLayer, TimeoutLayer,
-        TraceLayer, auth::default_refusal_limit,
+        AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, TimeoutLayer, TraceLayer,
+        auth::default_refusal_limit,
     },
     probes::{probes, set_all},
     services::{
@@ -83,14 +87,39 @@ pub struct Application {
     peers: Option<Arc<dyn Peers>>,
 }
 
-const SERVICES: &[&str] = &[
-    "",
-    "countersign.v1.ProposalService",
-    "countersign.v1.NotificationService",
-    "countersign.v1.SopService",
-    "countersign.v1.TargetService",
-    "countersign.v1.AuditService",
-];
+/// The services a server mounts, and their names as health reports them
+/// (`""`: the server as a whole).
+struct Mounted {
+    routes: RoutesBuilder,
+    names: Vec<&'static str>,
+}
+
+impl Mounted {
+    fn new() -> Self {
+        Mounted {
+            routes: RoutesBuilder::default(),
+            names: vec![""],
+        }
+    }
+
+    fn add<S>(&mut self, service: S) -> &mut Self
+    where
+        S: tower::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<tonic::body::Body>,
+                Error = std::convert::Infallible,
+            > + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.names.push(S::NAME);
+        self.routes.add_service(service);
+        self
+    }
+}
 
 impl Application {
     /// Binds the listener. The store must already be migrated.
@@ -145,11 +174,7 @@ impl Application {
         let layers = ServiceBuilder::new()
             .layer(TraceLayer)
             .layer(MetricsLayer)
-            .layer(AuthLayer::new(
-                directory.clone(),
-                self.config.refused_credentials,
-            ))
-            .layer(TenantBindLayer::new(directory))
+            .layer(AuthLayer::new(directory, self.config.refused_credentials))
             .layer(RateLimitLayer::new(self.config.rate_limit))
             .layer(TimeoutLayer::new(self.config.timeouts))
             .layer(MessageLimitLayer::new(MAX_MESSAGE_BYTES))
@@ -205,27 +230,30 @@ impl Application {
             ))
         });
 
-        set_all(&health, SERVICES, ServingStatus::Serving).await;
+        let mut ours = Mounted::new();
+        ours.add(proposals)
+            .add(notifications)
+            .add(sops)
+            .add(targets)
+            .add(audit);
+        let Mounted { routes, names } = ours;
+        set_all(&health, &names, ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");
 
         let reporter = health.clone();
         let signal = async move {
             shutdown.cancelled().await;
-            set_all(&reporter, SERVICES, ServingStatus::NotServing).await;
+            set_all(&reporter, &names, ServingStatus::NotServing).await;
             // Streams never finish by themselves: end them, with their cursor.
             fanout.close();
             tracing::info!("shutting down: no new calls accepted");
         };
         Server::builder()
             .layer(layers)
+            .add_routes(routes.routes())
             .add_service(health_service)
             .add_service(reflection.v1)
             .add_service(reflection.v1alpha)
-            .add_service(proposals)
-            .add_service(notifications)
-            .add_service(sops)
-            .add_service(targets)
-            .add_service(audit)
             // Small gRPC messages must not wait for Nagle and delayed ACKs.
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(self.listener).with_nodelay(Some(true)),

@@ -4,8 +4,8 @@ use countersign_domain::{Permission, Principal};
 use countersign_store::Tenant;
 use tonic::{Request, Status};
 
-/// Who is calling and for which tenant. Built only from what `auth` and
-/// `tenant_bind` attached; a request without them is refused (fail closed).
+/// Who is calling and for which tenant. Built only from what `auth`
+/// attached; a request without it is refused (fail closed).
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub principal: Principal,

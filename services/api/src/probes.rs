@@ -60,3 +60,40 @@ pub(crate) async fn set_all(health: &HealthReporter, services: &[&str], status: 
         health.set_service_status(*service, status).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use countersign_proto::rpc::RPCS;
+    use prost::Message;
+    use tonic_reflection::pb::{v1, v1alpha};
+
+    #[test]
+    fn the_public_rpcs_of_the_table_are_exactly_the_probes_methods() {
+        let mut served = Vec::new();
+        for set in [
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+            v1::FILE_DESCRIPTOR_SET,
+            v1alpha::FILE_DESCRIPTOR_SET,
+        ] {
+            let set = prost_types::FileDescriptorSet::decode(set).expect("descriptor set");
+            for file in &set.file {
+                for service in &file.service {
+                    for method in &service.method {
+                        served.push(format!(
+                            "/{}.{}/{}",
+                            file.package(),
+                            service.name(),
+                            method.name()
+                        ));
+                    }
+                }
+            }
+        }
+        let public: Vec<_> = RPCS
+            .iter()
+            .filter(|rpc| rpc.is_public())
+            .map(|rpc| rpc.path.to_owned())
+            .collect();
+        assert_eq!(public, served);
+    }
+}

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod codec;
 pub mod convert;
+pub mod rpc;
 pub mod status;
 
 #[allow(clippy::all, missing_docs)]
@@ -17,4 +18,4 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/countersign_descriptor.bin"));
 
-pub use status::to_status;
+pub use status::{OrStatus, to_status};

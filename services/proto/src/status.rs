@@ -30,6 +30,18 @@ pub fn to_status(err: &(impl ServiceError + ?Sized)) -> Status {
     Status::new(code(kind), err.public_message())
 }
 
+/// `.or_status()`: a service's result as its caller sees it, the error
+/// through [`to_status`].
+pub trait OrStatus<T> {
+    fn or_status(self) -> Result<T, Status>;
+}
+
+impl<T, E: ServiceError> OrStatus<T> for Result<T, E> {
+    fn or_status(self) -> Result<T, Status> {
+        self.map_err(|err| to_status(&err))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -92,8 +104,11 @@ mod tests {
 
     #[test]
     fn a_field_error_is_invalid_argument_naming_the_field() {
-        let status = to_status(&FieldError::new("spec.action", "must not be empty"));
+        let status = Err::<(), _>(FieldError::new("spec.action", "must not be empty"))
+            .or_status()
+            .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument);
         assert_eq!(status.message(), "spec.action: must not be empty");
+        assert_eq!(Ok::<_, FieldError>(7).or_status().unwrap(), 7);
     }
 }

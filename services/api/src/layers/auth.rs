@@ -1,13 +1,16 @@
-//! `auth`: resolves `authorization: Bearer <key>` to a [`Principal`] and puts
-//! it in the request's extensions. No, unknown, revoked and malformed keys,
-//! and more than one `authorization` header, all get the same
-//! `UNAUTHENTICATED`. An unknown id costs what a known one with a wrong
-//! secret does: both are looked up through the directory's cache and checked
-//! against a hash (a stand-in for the unknown id). Refused credentials are
-//! limited per client address: past the limit they are answered
-//! `RESOURCE_EXHAUSTED`. Accepted ones are never limited here (the tenant's
-//! limit is `rate_limit`'s), so a client behind the same address as a
-//! prober keeps working.
+//! `auth`: resolves `authorization: Bearer <key>` to a [`Principal`] and
+//! binds the request to the principal's tenant: the tenant comes from the
+//! credential and nowhere else. Both go into the request's extensions (the
+//! tenant with its policy) and onto the RPC's span. Public RPCs, as `trace`
+//! resolved them, pass untouched; every other path needs a credential. No,
+//! unknown, revoked and malformed keys, and more than one `authorization`
+//! header, all get the same `UNAUTHENTICATED`. An unknown id costs what a
+//! known one with a wrong secret does: both are looked up through the
+//! directory's cache and checked against a hash (a stand-in for the unknown
+//! id). Refused credentials are limited per client address: past the limit
+//! they are answered `RESOURCE_EXHAUSTED`. Accepted ones are never limited
+//! here (the tenant's limit is `rate_limit`'s), so a client behind the same
+//! address as a prober keeps working.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -16,17 +19,15 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    task::{Context, Poll},
 };
 
 use countersign_domain::{Principal, api_key};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tonic::{Status, transport::server::TcpConnectInfo};
-use tower::{Layer, Service};
 
 use crate::{RateLimit, directory::Directory};
 
-use super::{BoxFuture, is_public, reply, take_ready};
+use super::{Answer, Middleware, Next, Request, Resolved, middleware_layer, reply};
 
 pub const UNAUTHENTICATED: &str = "missing or invalid API key";
 pub const TOO_MANY_REFUSED: &str =
@@ -76,39 +77,22 @@ impl Refusals {
 
 #[derive(Clone)]
 pub struct AuthLayer {
-    store: Arc<Directory>,
+    directory: Arc<Directory>,
     refusals: Arc<Refusals>,
 }
 
 impl AuthLayer {
     /// `refusal_limit`: how many refused credentials one client address may
     /// present (see [`default_refusal_limit`]).
-    pub fn new(store: Arc<Directory>, refusal_limit: RateLimit) -> Self {
+    pub fn new(directory: Arc<Directory>, refusal_limit: RateLimit) -> Self {
         AuthLayer {
-            store,
+            directory,
             refusals: Arc::new(Refusals::new(refusal_limit)),
         }
     }
 }
 
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Auth {
-            inner,
-            store: self.store.clone(),
-            refusals: self.refusals.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Auth<S> {
-    inner: S,
-    store: Arc<Directory>,
-    refusals: Arc<Refusals>,
-}
+middleware_layer!(AuthLayer, Auth);
 
 /// Why a credential was refused. Callers all see one answer; logs see which.
 #[derive(Debug)]
@@ -117,7 +101,10 @@ enum Refusal {
     StoreDown(String),
 }
 
-async fn authenticate(store: &Directory, headers: &http::HeaderMap) -> Result<Principal, Refusal> {
+async fn authenticate(
+    directory: &Directory,
+    headers: &http::HeaderMap,
+) -> Result<Principal, Refusal> {
     let mut all = headers.get_all(http::header::AUTHORIZATION).iter();
     let header = all
         .next()
@@ -137,7 +124,7 @@ async fn authenticate(store: &Directory, headers: &http::HeaderMap) -> Result<Pr
         .ok_or(Refusal::Unauthenticated("not a bearer credential"))?
         .trim();
     let parsed = api_key::parse(key).map_err(|_| Refusal::Unauthenticated("malformed key"))?;
-    let record = store
+    let record = directory
         .api_key(&parsed.id)
         .await
         .map_err(|e| Refusal::StoreDown(e.to_string()))?;
@@ -163,48 +150,47 @@ async fn authenticate(store: &Directory, headers: &http::HeaderMap) -> Result<Pr
     })
 }
 
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        let store = self.store.clone();
-        let refusals = self.refusals.clone();
+impl Middleware for AuthLayer {
+    fn call<S: Next>(&self, mut inner: S, mut req: Request) -> Answer<S::Error> {
+        if Resolved::is_public(&req) {
+            return Box::pin(inner.call(req));
+        }
+        let AuthLayer {
+            directory,
+            refusals,
+        } = self.clone();
         Box::pin(async move {
-            if is_public(req.uri().path()) {
-                return inner.call(req).await;
-            }
-            match authenticate(&store, req.headers()).await {
-                Ok(principal) => {
-                    req.extensions_mut().insert(principal);
-                    inner.call(req).await
-                }
+            let principal = match authenticate(&directory, req.headers()).await {
+                Ok(principal) => principal,
                 Err(Refusal::Unauthenticated(why)) => {
                     let peer = peer_ip(&req);
                     tracing::debug!(path = req.uri().path(), %peer, why, "credential refused");
-                    if refusals.allow(peer) {
-                        Ok(reply(Status::unauthenticated(UNAUTHENTICATED)))
+                    return Ok(if refusals.allow(peer) {
+                        reply(Status::unauthenticated(UNAUTHENTICATED))
                     } else {
-                        Ok(reply(Status::resource_exhausted(TOO_MANY_REFUSED)))
-                    }
+                        reply(Status::resource_exhausted(TOO_MANY_REFUSED))
+                    });
                 }
                 Err(Refusal::StoreDown(error)) => {
                     tracing::error!(%error, "credential store unavailable");
-                    Ok(reply(Status::unavailable("credential store unavailable")))
+                    return Ok(reply(Status::unavailable("credential store unavailable")));
                 }
-            }
+            };
+            let tenant = match directory.tenant(&principal.tenant).await {
+                Ok(Some(tenant)) => tenant,
+                Ok(None) => return Ok(reply(Status::unauthenticated(UNAUTHENTICATED))),
+                Err(error) => {
+                    tracing::error!(%error, "tenant lookup failed");
+                    return Ok(reply(Status::unavailable("tenant store unavailable")));
+                }
+            };
+            // On the RPC's span (the trace layer's).
+            let span = tracing::Span::current();
+            span.record("tenant", tenant.name.as_str());
+            span.record("principal", principal.name.as_str());
+            req.extensions_mut().insert(principal);
+            req.extensions_mut().insert(tenant);
+            inner.call(req).await
         })
     }
 }

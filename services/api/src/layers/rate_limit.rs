@@ -1,18 +1,15 @@
 //! `rate_limit`: a token bucket per tenant. A tenant that floods is refused
 //! with `RESOURCE_EXHAUSTED`; the others never notice.
 
-use std::{
-    num::NonZeroU32,
-    sync::Arc,
-    task::{Context, Poll},
-};
+use std::{num::NonZeroU32, sync::Arc};
 
 use countersign_store::Tenant;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tonic::Status;
-use tower::{Layer, Service};
 
-use super::{BoxFuture, reply, take_ready};
+use super::{
+    Answer, Middleware, Next, Request, Resolved, auth::UNAUTHENTICATED, middleware_layer, reply,
+};
 
 /// Sustained requests per second per tenant, and the burst above that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,56 +41,27 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimited<S>;
+middleware_layer!(RateLimitLayer, RateLimited);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimited {
-            inner,
-            limiter: self.limiter.clone(),
+impl Middleware for RateLimitLayer {
+    fn call<S: Next>(&self, mut inner: S, req: Request) -> Answer<S::Error> {
+        if Resolved::is_public(&req) {
+            return Box::pin(inner.call(req));
         }
-    }
-}
-
-#[derive(Clone)]
-pub struct RateLimited<S> {
-    inner: S,
-    limiter: Arc<DefaultKeyedRateLimiter<String>>,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RateLimited<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        let verdict = req
-            .extensions()
-            .get::<Tenant>()
-            .map(|tenant| (tenant.name.clone(), self.limiter.check_key(&tenant.name)));
+        // Fail closed: every other request has the tenant `auth` bound.
+        let Some(tenant) = req.extensions().get::<Tenant>() else {
+            return Box::pin(async { Ok(reply(Status::unauthenticated(UNAUTHENTICATED))) });
+        };
+        if self.limiter.check_key(&tenant.name).is_ok() {
+            return Box::pin(inner.call(req));
+        }
+        let tenant = tenant.name.clone();
         Box::pin(async move {
-            match verdict {
-                Some((tenant, Err(_))) => {
-                    metrics::counter!("countersign_rate_limited_total", "tenant" => tenant.clone())
-                        .increment(1);
-                    Ok(reply(Status::resource_exhausted(format!(
-                        "rate limit exceeded for tenant `{tenant}`; slow down and retry"
-                    ))))
-                }
-                // Allowed, or a public path (no tenant bound).
-                _ => inner.call(req).await,
-            }
+            metrics::counter!("countersign_rate_limited_total", "tenant" => tenant.clone())
+                .increment(1);
+            Ok(reply(Status::resource_exhausted(format!(
+                "rate limit exceeded for tenant `{tenant}`; slow down and retry"
+            ))))
         })
     }
 }

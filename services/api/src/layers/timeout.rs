@@ -3,15 +3,12 @@
 //! `AwaitDecision`) may run as long as the caller asks, up to a ceiling.
 //! Expiry answers `DEADLINE_EXCEEDED`.
 
-use std::{
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::time::Duration;
 
+use countersign_proto::rpc::Kind;
 use tonic::Status;
-use tower::{Layer, Service};
 
-use super::{BoxFuture, reply, take_ready};
+use super::{Answer, Middleware, Next, Request, Resolved, middleware_layer, reply};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
@@ -28,11 +25,6 @@ impl Default for Timeouts {
             long_poll_max: Duration::from_secs(15 * 60),
         }
     }
-}
-
-/// RPCs that wait for something on purpose.
-fn is_long_poll(path: &str) -> bool {
-    path.ends_with("/AwaitDecision")
 }
 
 /// Answer this much before the caller's own deadline, so that the caller gets
@@ -71,46 +63,17 @@ impl TimeoutLayer {
     }
 }
 
-impl<S> Layer<S> for TimeoutLayer {
-    type Service = Timeout<S>;
+middleware_layer!(TimeoutLayer, Timeout);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Timeout {
-            inner,
-            timeouts: self.timeouts,
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Timeout<S> {
-    inner: S,
-    timeouts: Timeouts,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Timeout<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
+impl Middleware for TimeoutLayer {
+    fn call<S: Next>(&self, mut inner: S, req: Request) -> Answer<S::Error> {
         let asked = req
             .headers()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout);
-        let ceiling = if is_long_poll(req.uri().path()) {
+        let long_poll = Resolved::of(&req).is_some_and(|rpc| rpc.kind == Kind::LongPoll);
+        let ceiling = if long_poll {
             self.timeouts.long_poll_max
         } else {
             self.timeouts.default
@@ -142,24 +105,38 @@ mod tests {
         assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
     }
 
+    /// A call that takes 2 s, to `path` as `trace` resolves it.
     async fn call_slow(
         timeouts: Timeouts,
         path: &str,
         grpc_timeout: Option<&str>,
     ) -> (Duration, Option<String>) {
-        use tower::{ServiceExt, service_fn};
-        let slow = service_fn(|_req: http::Request<()>| async {
+        let resolved = Resolved(countersign_proto::rpc::find(path));
+        call_slow_as(timeouts, path, Some(resolved), grpc_timeout).await
+    }
+
+    async fn call_slow_as(
+        timeouts: Timeouts,
+        path: &str,
+        resolved: Option<Resolved>,
+        grpc_timeout: Option<&str>,
+    ) -> (Duration, Option<String>) {
+        use tower::{Layer, ServiceExt, service_fn};
+        let slow = service_fn(|_req: Request| async {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+            Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
         });
         let mut request = http::Request::builder().uri(path);
+        if let Some(resolved) = resolved {
+            request = request.extension(resolved);
+        }
         if let Some(t) = grpc_timeout {
             request = request.header("grpc-timeout", t);
         }
         let started = std::time::Instant::now();
         let response = TimeoutLayer::new(timeouts)
             .layer(slow)
-            .oneshot(request.body(()).unwrap())
+            .oneshot(request.body(tonic::body::Body::empty()).unwrap())
             .await
             .unwrap();
         let status = response
@@ -216,6 +193,30 @@ mod tests {
         )
         .await;
         assert_eq!(status, None, "the slow call completed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_kind_of_call_is_the_one_trace_resolved_not_the_path() {
+        let timeouts = Timeouts {
+            default: Duration::from_millis(50),
+            long_poll_max: Duration::from_secs(60),
+        };
+        let await_decision = "/countersign.v1.ProposalService/AwaitDecision";
+        let (_, status) = call_slow_as(timeouts, await_decision, None, Some("10S")).await;
+        assert_eq!(
+            status.as_deref(),
+            Some(DEADLINE_EXCEEDED),
+            "unresolved: an ordinary call"
+        );
+        let long_poll = Resolved(countersign_proto::rpc::find(await_decision));
+        let (_, status) = call_slow_as(
+            timeouts,
+            "/countersign.v1.ProposalService/Submit",
+            Some(long_poll),
+            Some("10S"),
+        )
+        .await;
+        assert_eq!(status, None, "resolved as a long poll: it waits");
     }
 
     #[test]

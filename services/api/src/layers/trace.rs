@@ -1,36 +1,26 @@
-//! The outermost layer: one span per RPC, named `api.<service>.<method>`
-//! (e.g. `api.proposal.submit`), a child of the caller's span when the request
-//! carries W3C trace context. `tenant_bind` records `tenant` and `principal`
-//! on it, the services `proposal_id`. Health and reflection get no span.
+//! The outermost layer: finds the request's RPC in the table once
+//! ([`Resolved`], in the extensions, for every layer inside), and opens one
+//! span per RPC, named by the table (`api.<service>.<method>`, e.g.
+//! `api.proposal.submit`), a child of the caller's span when the request
+//! carries W3C trace context. `auth` records `tenant` and `principal` on it,
+//! the services `proposal_id`. Health and reflection get no span.
 
-use std::task::{Context, Poll};
-
-use tower::{Layer, Service};
+use countersign_proto::rpc::{self, Rpc};
 use tracing::{Instrument, Span, field::Empty};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::{BoxFuture, is_public, take_ready};
+use super::{Answer, Middleware, Next, Request, Resolved, middleware_layer};
 use crate::trace_context;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TraceLayer;
 
-impl<S> Layer<S> for TraceLayer {
-    type Service = Trace<S>;
+middleware_layer!(TraceLayer, Trace);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Trace { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Trace<S> {
-    inner: S,
-}
-
-/// The span of one RPC. Span names are static: one arm per method.
-fn span_for(path: &str) -> Span {
-    macro_rules! rpc {
+/// The span of one RPC (`None`: a path not in the table). Span names are
+/// static: the table gives each its own call site.
+fn span_for(rpc: Option<&'static Rpc>, path: &str) -> Span {
+    macro_rules! span {
         ($name:literal) => {
             tracing::info_span!(
                 $name,
@@ -40,59 +30,72 @@ fn span_for(path: &str) -> Span {
             )
         };
     }
-    let method = path.strip_prefix("/countersign.v1.").unwrap_or(path);
-    match method {
-        "ProposalService/Submit" => rpc!("api.proposal.submit"),
-        "ProposalService/GetProposal" => rpc!("api.proposal.get_proposal"),
-        "ProposalService/CancelProposal" => rpc!("api.proposal.cancel_proposal"),
-        "ProposalService/AwaitDecision" => rpc!("api.proposal.await_decision"),
-        "NotificationService/Watch" => rpc!("api.notification.watch"),
-        "SopService/PutSop" => rpc!("api.sop.put_sop"),
-        "SopService/GetSop" => rpc!("api.sop.get_sop"),
-        "SopService/ListSops" => rpc!("api.sop.list_sops"),
-        "SopService/RetireSop" => rpc!("api.sop.retire_sop"),
-        "TargetService/PutTarget" => rpc!("api.target.put_target"),
-        "TargetService/GetTarget" => rpc!("api.target.get_target"),
-        "TargetService/ListTargets" => rpc!("api.target.list_targets"),
-        "AuditService/ListDecisions" => rpc!("api.audit.list_decisions"),
-        "AuditService/GetDecision" => rpc!("api.audit.get_decision"),
-        "AuditService/VerifyLog" => rpc!("api.audit.verify_log"),
-        "AuditService/GetCheckpoint" => rpc!("api.audit.get_checkpoint"),
-        _ => tracing::info_span!(
+    let unknown = || {
+        tracing::info_span!(
             "api.unknown",
             rpc = path,
             tenant = Empty,
             principal = Empty,
             proposal_id = Empty
-        ),
+        )
+    };
+    match rpc {
+        Some(rpc) => countersign_proto::rpc_span!(rpc, span, unknown()),
+        None => unknown(),
     }
 }
 
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Trace<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let mut inner = take_ready(&mut self.inner);
-        if is_public(req.uri().path()) {
+impl Middleware for TraceLayer {
+    fn call<S: Next>(&self, mut inner: S, mut req: Request) -> Answer<S::Error> {
+        let found = rpc::find(req.uri().path());
+        req.extensions_mut().insert(Resolved(found));
+        if found.is_some_and(Rpc::is_public) {
             return Box::pin(inner.call(req));
         }
-        let span = span_for(req.uri().path());
+        let span = span_for(found, req.uri().path());
         if let Some(parent) = trace_context::from_headers(req.headers()) {
             // Fails only without an OpenTelemetry layer: nothing to link then.
             let _ = span.set_parent(parent);
         }
         let call = span.in_scope(|| inner.call(req));
         Box::pin(call.instrument(span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+
+    /// What the layers inside `trace` find in a request for `path`.
+    async fn resolved(path: &str) -> Option<&'static Rpc> {
+        let inner = service_fn(|req: Request| async move {
+            let resolved = *req.extensions().get::<Resolved>().expect("resolved");
+            let mut response = http::Response::new(tonic::body::Body::empty());
+            response.extensions_mut().insert(resolved);
+            Ok::<_, Infallible>(response)
+        });
+        let request = http::Request::builder()
+            .uri(path)
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        let response = TraceLayer.layer(inner).oneshot(request).await.unwrap();
+        response.extensions().get::<Resolved>().unwrap().0
+    }
+
+    #[tokio::test]
+    async fn every_request_carries_its_rpc_or_none_to_the_layers_inside() {
+        let submit = resolved("/countersign.v1.ProposalService/Submit").await;
+        assert_eq!(
+            submit.map(|rpc| rpc.span),
+            Some(Some("api.proposal.submit"))
+        );
+        let health = resolved("/grpc.health.v1.Health/Check").await.unwrap();
+        assert!(health.is_public());
+        assert_eq!(resolved("/countersign.v1.ProposalService/Nope").await, None);
+        assert_eq!(resolved("/grpc.health.v1.Health/Nope").await, None);
     }
 }

@@ -9,11 +9,11 @@ use countersign_domain::{
     now_ms,
 };
 use countersign_proto::{
+    OrStatus,
     convert::audit::{
         checkpoint_from_proto, checkpoint_to_proto, entry_to_proto, list_request_from_proto,
         page_token, verification_to_proto,
     },
-    to_status,
     v1::{
         self, AuditEntry, GetCheckpointRequest, GetDecisionRequest, ListDecisionsRequest,
         ListDecisionsResponse, VerifyFailure, VerifyLogRequest, VerifyLogResponse,
@@ -210,13 +210,13 @@ impl AuditService for AuditApi {
     ) -> Result<Response<ListDecisionsResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::Audit)?;
         let (filter, page_size, before) =
-            list_request_from_proto(request.into_inner()).map_err(|e| to_status(&e))?;
+            list_request_from_proto(request.into_inner()).or_status()?;
         // One more than a page tells whether another page follows.
         let mut entries = self
             .store
             .list_audit(&caller.tenant.name, &filter, before, page_size + 1)
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         let more = entries.len() > page_size as usize;
         entries.truncate(page_size as usize);
         let next_page_token = match entries.last() {
@@ -243,7 +243,7 @@ impl AuditService for AuditApi {
             .store
             .get_audit(&caller.tenant.name, &id)
             .await
-            .map_err(|e| to_status(&e))?
+            .or_status()?
             .ok_or_else(|| {
                 Status::not_found(format!("no decision of proposal `{id}` is in the log"))
             })?;
@@ -281,7 +281,7 @@ impl AuditService for AuditApi {
         };
         let verification = verify_log(&self.store, &tenant, verifier)
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         match &verification.failure {
             None => tracing::info!(entries = verification.entries_checked, "log verified"),
             Some(f) => {
@@ -300,16 +300,13 @@ impl AuditService for AuditApi {
         let latest = if request.into_inner().refresh {
             None
         } else {
-            self.store
-                .latest_checkpoint(tenant)
-                .await
-                .map_err(|e| to_status(&e))?
+            self.store.latest_checkpoint(tenant).await.or_status()?
         };
         let checkpoint = match latest {
             Some(checkpoint) => checkpoint,
             None => sign_checkpoint(&self.store, self.key()?, tenant)
                 .await
-                .map_err(|e| to_status(&e))?,
+                .or_status()?,
         };
         Ok(Response::new(checkpoint_to_proto(&checkpoint)))
     }

@@ -13,8 +13,8 @@ use std::{
 
 use countersign_domain::{Event, Permission};
 use countersign_proto::{
+    OrStatus,
     convert::event::{heartbeat, notification},
-    to_status,
     v1::{Notification, WatchRequest, notification_service_server::NotificationService},
 };
 use countersign_store::DynStore;
@@ -70,7 +70,7 @@ impl NotificationService for NotificationApi {
             .store
             .event_horizon(Some(&caller.tenant.name))
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         let position = match request.after_cursor {
             None => None,
             Some(after) => {

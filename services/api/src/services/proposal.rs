@@ -2,6 +2,7 @@
 
 use countersign_domain::{Permission, ProposalSpec, validate_spec};
 use countersign_proto::{
+    OrStatus,
     convert::{proposal_to_proto, spec_from_proto},
     to_status,
     v1::{
@@ -93,8 +94,8 @@ impl ProposalService for ProposalApi {
             .into_inner()
             .spec
             .ok_or_else(|| Status::invalid_argument("spec: must be set"))?;
-        let spec = spec_from_proto(wire).map_err(|e| to_status(&e))?;
-        validate_spec(&spec).map_err(|e| to_status(&e))?;
+        let spec = spec_from_proto(wire).or_status()?;
+        validate_spec(&spec).or_status()?;
         let tenant = &caller.tenant;
         let refusal = match self
             .suppression
@@ -114,7 +115,7 @@ impl ProposalService for ProposalApi {
                 .store
                 .find_idempotent(&tenant.name, &spec)
                 .await
-                .map_err(|e| to_status(&e))?;
+                .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
                 return Ok(deduplicated(&earlier, &caller));
@@ -149,7 +150,7 @@ impl ProposalService for ProposalApi {
                 trace_parent: trace_context::current_traceparent(),
             })
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         let deduplicated = matches!(outcome, SubmitOutcome::Deduplicated(_));
         let proposal = outcome.proposal();
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
@@ -173,7 +174,7 @@ impl ProposalService for ProposalApi {
             .store
             .get_proposal(&caller.tenant.name, &id)
             .await
-            .map_err(|e| to_status(&e))?
+            .or_status()?
             .ok_or_else(|| not_found(&id))?;
         Ok(Response::new(proposal_to_proto(
             &proposal,
@@ -229,7 +230,7 @@ impl ProposalService for ProposalApi {
                 .store
                 .get_proposal(&caller.tenant.name, &id)
                 .await
-                .map_err(|e| to_status(&e))?
+                .or_status()?
                 .ok_or_else(|| not_found(&id))?;
             if proposal.state.is_terminal() {
                 return Ok(Response::new(proposal_to_proto(

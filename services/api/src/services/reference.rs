@@ -3,6 +3,7 @@
 
 use countersign_domain::{Permission, validate_sop, validate_target};
 use countersign_proto::{
+    OrStatus,
     convert::{
         page_size,
         reference::{
@@ -96,13 +97,13 @@ impl SopService for SopApi {
             .into_inner()
             .sop
             .ok_or_else(|| Status::invalid_argument("sop: must be set"))?;
-        let input = sop_input_from_proto(wire).map_err(|e| to_status(&e))?;
-        validate_sop(&input).map_err(|e| to_status(&e))?;
+        let input = sop_input_from_proto(wire).or_status()?;
+        validate_sop(&input).or_status()?;
         let sop = self
             .store
             .put_sop(&caller.tenant.name, input)
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         self.changed(&caller.tenant.name, &sop.action);
         tracing::info!(sop = ?sop.id, version = sop.version, "SOP put");
         Ok(Response::new(sop_to_proto(&sop)))
@@ -116,7 +117,7 @@ impl SopService for SopApi {
             .store
             .get_sop(&caller.tenant.name, &id)
             .await
-            .map_err(|e| to_status(&e))?
+            .or_status()?
             .ok_or_else(|| sop_not_found(&id))?;
         Ok(Response::new(sop_to_proto(&sop)))
     }
@@ -127,8 +128,8 @@ impl SopService for SopApi {
     ) -> Result<Response<ListSopsResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::ReadReference)?;
         let request = request.into_inner();
-        let size = page_size(request.page_size).map_err(|e| to_status(&e))?;
-        let after = page_after(List::Sops, &request.page_token).map_err(|e| to_status(&e))?;
+        let size = page_size(request.page_size).or_status()?;
+        let after = page_after(List::Sops, &request.page_token).or_status()?;
         // One more than a page tells whether another page follows.
         let rows = self
             .store
@@ -139,7 +140,7 @@ impl SopService for SopApi {
                 size + 1,
             )
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         let (sops, next_page_token) = page(rows, size, List::Sops, |s| &s.id, sop_to_proto);
         Ok(Response::new(ListSopsResponse {
             sops,
@@ -191,13 +192,13 @@ impl TargetService for TargetApi {
             .target
             .ok_or_else(|| Status::invalid_argument("target: must be set"))?;
         let labels = wire.labels.into_iter().collect();
-        validate_target(&wire.id, &labels).map_err(|e| to_status(&e))?;
-        let status = status_from_proto(wire.status).map_err(|e| to_status(&e))?;
+        validate_target(&wire.id, &labels).or_status()?;
+        let status = status_from_proto(wire.status).or_status()?;
         let target = self
             .store
             .put_target(&caller.tenant.name, &wire.id, status, labels)
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         // Rejections that rested on its old status or labels go.
         self.suppression.invalidate(
             &caller.tenant.name,
@@ -219,7 +220,7 @@ impl TargetService for TargetApi {
             .store
             .get_target(&caller.tenant.name, &id)
             .await
-            .map_err(|e| to_status(&e))?
+            .or_status()?
             .ok_or_else(|| Status::not_found(format!("target `{id}` not found")))?;
         Ok(Response::new(target_to_proto(&target)))
     }
@@ -230,14 +231,14 @@ impl TargetService for TargetApi {
     ) -> Result<Response<ListTargetsResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::ReadReference)?;
         let request = request.into_inner();
-        let size = page_size(request.page_size).map_err(|e| to_status(&e))?;
-        let after = page_after(List::Targets, &request.page_token).map_err(|e| to_status(&e))?;
+        let size = page_size(request.page_size).or_status()?;
+        let after = page_after(List::Targets, &request.page_token).or_status()?;
         // One more than a page tells whether another page follows.
         let rows = self
             .store
             .list_targets(&caller.tenant.name, after.as_deref(), size + 1)
             .await
-            .map_err(|e| to_status(&e))?;
+            .or_status()?;
         let (targets, next_page_token) =
             page(rows, size, List::Targets, |t| &t.id, target_to_proto);
         Ok(Response::new(ListTargetsResponse {
