@@ -716,7 +716,7 @@ fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoin
 
 /// The README exports a coordinator's key, then runs the auditor's commands
 /// with `--api-key-file auditor.key`: the flag given on the command line wins
-/// over the environment (it used to lose, and the auditor was refused).
+/// over the environment, or the auditor's commands would run as the coordinator.
 #[test]
 fn an_api_key_flag_beats_the_key_in_the_environment() {
     let dir = tempfile::tempdir().unwrap();
