@@ -920,7 +920,10 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
         .unwrap()
         .contains("countersign API serving")
     {
-        assert!(std::time::Instant::now() < deadline, "the API never logged that it serves");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API never logged that it serves"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = child.id().to_string();
