@@ -8,8 +8,6 @@ use std::{
     time::Duration,
 };
 
-mod support;
-
 use countersign_domain::{
     Proposal, ProposalState,
     gates::{self, ReviewFacts, Verdict},
@@ -17,7 +15,7 @@ use countersign_domain::{
 use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
-use support::{redis_queue, spec};
+use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 
 /// Closed until opened: the evaluator waits on it for the busy tenant.
@@ -71,7 +69,7 @@ async fn submit(store: &DynStore, redis: Option<&RedisQueue>, tenant: &str, n: u
     let outcome = store
         .insert_proposal(NewProposal {
             tenant: tenant.into(),
-            spec: spec(&format!("{tenant}-{n:02}")),
+            spec: spec_on(&format!("{tenant}-{n:02}")),
             submitted_by: "tester".into(),
             trace_parent: None,
             submitted_key: None,
@@ -178,7 +176,7 @@ async fn embedded_a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_on_a_busy_one() {
     let (store, _embedded, _dir) = store().await;
-    let redis = redis_queue().await;
+    let redis = redis::queue().await;
     a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_on_a_busy_one(
         store,
         Arc::new(redis.clone()),
