@@ -77,8 +77,9 @@ pub struct Options {
 pub struct TestApp {
     pub addr: SocketAddr,
     pub store: DynStore,
-    pub queue: DynQueue,
-    /// The database file, for tests that reach under the store (corruption).
+    queue: Option<DynQueue>,
+    /// The SQLite database file, for tests that reach under the store
+    /// (corruption).
     pub db_path: std::path::PathBuf,
     /// The app's shutdown token: the API and the background hold children of it.
     pub shutdown: CancellationToken,
@@ -119,14 +120,27 @@ impl TestApp {
         let dir = options
             .dir
             .unwrap_or_else(|| tempfile::tempdir().expect("temp dir"));
-        let mut config = test_config(dir.path());
-        config.role = match options.reviewers {
+        let config = test_config(dir.path());
+        TestApp::from_config(config, dir, options.reviewers, configure).await
+    }
+
+    /// Builds the application from `config` (another backend: a test
+    /// database's URL and the test Redis) through the composition root, with
+    /// the data directory `dir`; `reviewers` run it in the role `all`, none
+    /// in the role `api`.
+    pub async fn from_config(
+        mut config: Config,
+        dir: tempfile::TempDir,
+        reviewers: Option<ReviewerConfig>,
+        configure: impl FnOnce(&mut ApiConfig),
+    ) -> TestApp {
+        config.role = match reviewers {
             Some(_) => ServeRole::All,
             None => ServeRole::Api,
         };
         let db_path = config.data_dir().join("countersign.db");
         let mut settings = Settings::new(config);
-        if let Some(reviewers) = options.reviewers {
+        if let Some(reviewers) = reviewers {
             settings.reviewers = reviewers;
         }
         configure(&mut settings.api);
@@ -138,7 +152,7 @@ impl TestApp {
         TestApp {
             addr: app.local_addr(),
             store: app.store(),
-            queue: app.queue().expect("the embedded queue"),
+            queue: app.queue(),
             db_path,
             running: Some(tokio::spawn(app.run_until_stopped(draining.clone()))),
             shutdown,
@@ -158,6 +172,21 @@ impl TestApp {
                 .expect("the app stops cleanly");
         }
         self.dir.take().expect("a running app has its directory")
+    }
+
+    /// The embedded queue (the SQLite backend's).
+    pub fn queue(&self) -> DynQueue {
+        self.queue
+            .clone()
+            .expect("the embedded queue: an SQLite app")
+    }
+
+    /// The data directory: the SQLite database, the key files.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir
+            .as_ref()
+            .expect("a running app has its directory")
+            .path()
     }
 
     /// Begins one review, as a reviewer begins a batch of them.
