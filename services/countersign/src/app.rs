@@ -98,9 +98,11 @@ fn api_config(config: &Config) -> ApiConfig {
     }
 }
 
-/// What listens: the API, or for the worker role health alone.
+/// What listens: the API, or for the worker role health alone. One is built
+/// per process; the API is boxed so that the enum is no larger than a pointer
+/// to it.
 enum Listener {
-    Api(Application),
+    Api(Box<Application>),
     HealthOnly(HealthOnly),
 }
 
@@ -161,7 +163,7 @@ impl App {
                 if let Some(peers) = peers {
                     app = app.with_peers(peers);
                 }
-                Listener::Api(app)
+                Listener::Api(Box::new(app))
             }
         };
         let background = Background::start(backends, config.role, reviewers, shutdown);
