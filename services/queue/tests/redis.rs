@@ -1,6 +1,7 @@
 //! What only the Redis queue does, or does its own way: fair rounds over
 //! tenant streams, leases in the pending entries list, dead-letter streams,
-//! consumer heartbeats and clean-up. Against a real Redis (see `support`).
+//! consumer heartbeats and clean-up. Against the test Redis
+//! (`countersign-test-support`).
 
 mod support;
 

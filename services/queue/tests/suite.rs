@@ -1,6 +1,7 @@
 //! One suite, run against both backends: the embedded queue (a real SQLite
-//! database) and the Redis queue (a real Redis, see `support`). Each test is a
-//! function of the queue; `queue_suite!` instantiates it for each backend.
+//! database) and the Redis queue (the test Redis, `countersign-test-support`).
+//! Each test is a function of the queue; `queue_suite!` instantiates it for
+//! each backend.
 
 mod support;
 

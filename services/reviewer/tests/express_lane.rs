@@ -14,7 +14,7 @@ use countersign_domain::{
 };
 use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
+use countersign_store::{DynStore, NewProposal};
 use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 
@@ -51,10 +51,7 @@ impl Drop for OpenOnDrop {
 
 /// A SQLite store with tenants `busy` and `quiet`, and its embedded queue.
 async fn store() -> (DynStore, EmbeddedQueue, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("x.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, dir) = countersign_test_support::sqlite::store().await;
     let embedded = EmbeddedQueue::new(sqlite.writer());
     let store: DynStore = Arc::new(sqlite);
     for tenant in ["busy", "quiet"] {

@@ -15,7 +15,7 @@ use countersign_domain::{
 };
 use countersign_queue::{Queue, RedisPeers, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
-use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
+use countersign_store::{DynStore, NewProposal};
 use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 
@@ -38,10 +38,7 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
 
 #[tokio::test]
 async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("r.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, _dir) = countersign_test_support::sqlite::store().await;
     let store: DynStore = Arc::new(sqlite);
     store.create_tenant("acme").await.unwrap();
     let queue = redis::queue().await;
@@ -104,10 +101,7 @@ async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
 async fn acme_and_deaf_workers(
     queue: countersign_queue::DynQueue,
 ) -> (DynStore, Reviewers, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("w.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, dir) = countersign_test_support::sqlite::store().await;
     let store: DynStore = Arc::new(sqlite);
     store.create_tenant("acme").await.unwrap();
     let mut config = ReviewerConfig::with_workers(1);
