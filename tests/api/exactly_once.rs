@@ -64,7 +64,7 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
 
     // A worker leases it, starts the review, and dies without a word.
     let leases = app
-        .queue
+        .queue()
         .fetch("doomed", 1, Duration::from_millis(200))
         .await
         .unwrap();
@@ -74,7 +74,7 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
 
     let reviewers = Reviewers::start(
         app.store.clone(),
-        app.queue.clone(),
+        app.queue(),
         test_reviewers(2),
         &app.shutdown,
     );
@@ -88,7 +88,7 @@ async fn a_worker_that_dies_mid_review_loses_its_lease_and_the_proposal_is_decid
     assert_eq!(kinds, ["SUBMITTED", "REVIEW_STARTED", "APPROVED"]);
     assert_eq!(decisions(&app).await, 1);
     // The dead worker's late ack changes nothing.
-    app.queue.ack(&leases[0]).await.unwrap();
+    app.queue().ack(&leases[0]).await.unwrap();
     reviewers.shutdown().await;
 }
 
@@ -97,7 +97,7 @@ async fn two_worker_pools_racing_over_one_queue_decide_each_proposal_once() {
     let app = TestApp::spawn_reviewing(4).await;
     let rival = Reviewers::start(
         app.store.clone(),
-        app.queue.clone(),
+        app.queue(),
         test_reviewers(4),
         &app.shutdown,
     );
@@ -275,5 +275,5 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
     for id in &ids {
         assert_eq!(terminal(log.iter().filter(|e| &e.proposal.id == id)), 1);
     }
-    assert_eq!(app.queue.depth().await.unwrap(), 0);
+    assert_eq!(app.queue().depth().await.unwrap(), 0);
 }

@@ -5,6 +5,7 @@ mod audit;
 mod auth;
 mod binary;
 mod cancel;
+mod composition;
 mod configuration;
 mod exactly_once;
 mod fail_closed;

@@ -217,7 +217,7 @@ async fn the_sweeper_republishes_proposals_lost_by_a_redis_restarted_without_per
 async fn the_api_answers_no_call_before_the_fan_out_knows_where_the_log_ends() {
     let db = Database::migrated().await;
     let key = seed(&db.store().await).await;
-    let mut holder = db.superuser().await;
+    let mut holder = db.superuser_connection().await;
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
     sqlx::query("LOCK TABLE event_retention IN ACCESS EXCLUSIVE MODE")
         .execute(&mut holder)

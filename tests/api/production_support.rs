@@ -12,69 +12,36 @@ use std::{
 };
 
 use countersign::client::BearerAuth;
-use countersign_domain::{BlastRadius, Role, TargetStatus, reference::SopInput};
+use countersign_domain::Role;
 use countersign_proto::v1::{
     AwaitDecisionRequest, Proposal, ProposalSpec, SubmitRequest,
     proposal_service_client::ProposalServiceClient,
 };
-use countersign_store::{NewApiKey, PostgresStore, Store};
-use sqlx::{Connection, PgConnection};
+use countersign_store::{DynStore, NewApiKey};
+pub use countersign_test_support::{
+    env_var as env_url, fixtures::wire_spec_on as spec, random_name,
+};
+use countersign_test_support::{fixtures::seed_reference, postgres::TestDatabase};
 use tonic::{service::interceptor::InterceptedService, transport::Channel};
 
 const BIN: &str = env!("CARGO_BIN_EXE_countersign");
 
 pub type Client = ProposalServiceClient<InterceptedService<Channel, BearerAuth>>;
 
-pub fn env_url(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: start the test servers with `eval \"$(tests/services/postgres.sh)\"; \
-             eval \"$(tests/services/redis.sh)\"` (tests/run does)"
-        )
-    })
-}
-
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    format!("{}/{database}{query}", &base[..path_start])
-}
-
-pub fn random_name(prefix: &str) -> String {
-    format!("{prefix}{:016x}", rand::random::<u64>())
-}
-
 /// A database of its own, migrated by the binary, dropped at the end.
-pub struct Database {
-    pub name: String,
-    pub app_url: String,
-    owner_url: String,
+pub struct Database(TestDatabase);
+
+impl std::ops::Deref for Database {
+    type Target = TestDatabase;
+
+    fn deref(&self) -> &TestDatabase {
+        &self.0
+    }
 }
 
 impl Database {
     pub async fn migrated() -> Database {
-        let owner = env_url("COUNTERSIGN_TEST_PG_OWNER_URL");
-        let name = random_name("cs_");
-        let mut conn = PgConnection::connect(&owner)
-            .await
-            .expect("reach PostgreSQL");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("the owner role creates a database");
-        conn.close().await.ok();
-        let db = Database {
-            app_url: with_database(&env_url("COUNTERSIGN_TEST_PG_APP_URL"), &name),
-            owner_url: with_database(&owner, &name),
-            name,
-        };
+        let db = TestDatabase::create().await;
         let output = Command::new(BIN)
             .arg("migrate")
             .env("COUNTERSIGN_MIGRATE_DATABASE_URL", &db.owner_url)
@@ -86,25 +53,13 @@ impl Database {
             "countersign migrate: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        db
-    }
-
-    /// The store as the service role sees it, to seed tenants, keys and
-    /// reference data as `countersign admin` would.
-    pub async fn store(&self) -> PostgresStore {
-        PostgresStore::connect_with(&self.app_url, 2).await.unwrap()
-    }
-
-    /// A superuser connection (past row-level security) to count what was written.
-    pub async fn superuser(&self) -> PgConnection {
-        let url = with_database(&env_url("COUNTERSIGN_TEST_PG_SUPERUSER_URL"), &self.name);
-        PgConnection::connect(&url).await.unwrap()
+        Database(db)
     }
 
     /// Terminal events per proposal of the database: exactly one each, or the
     /// ids that have another count.
     pub async fn terminal_event_counts(&self) -> Vec<(String, i64)> {
-        let mut conn = self.superuser().await;
+        let mut conn = self.superuser_connection().await;
         sqlx::query_as(
             "SELECT proposal_id, count(*) FROM events
              WHERE kind IN ('APPROVED', 'REJECTED', 'CANCELLED', 'TIMED_OUT')
@@ -116,36 +71,14 @@ impl Database {
     }
 }
 
-impl Drop for Database {
-    fn drop(&mut self) {
-        let owner = env_url("COUNTERSIGN_TEST_PG_OWNER_URL");
-        let name = self.name.clone();
-        // On a thread of its own: the test's runtime may be gone already.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                if let Ok(mut conn) = PgConnection::connect(&owner).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
-/// Seeds tenant `acme` (SOP-007 and an ONLINE `node-01`) and returns a
+/// Seeds tenant `acme` (SOP-007 and ONLINE production targets) and returns a
 /// coordinator key.
-pub async fn seed(store: &PostgresStore) -> String {
+pub async fn seed(store: &DynStore) -> String {
     seed_tenant(store, "acme").await
 }
 
 /// A key of `role` for `tenant`.
-pub async fn key_for(store: &PostgresStore, tenant: &str, role: Role) -> String {
+pub async fn key_for(store: &DynStore, tenant: &str, role: Role) -> String {
     let (_, key) = store
         .create_api_key(NewApiKey {
             tenant: tenant.into(),
@@ -159,32 +92,8 @@ pub async fn key_for(store: &PostgresStore, tenant: &str, role: Role) -> String 
 }
 
 /// [`seed`] for any tenant.
-pub async fn seed_tenant(store: &PostgresStore, tenant: &str) -> String {
-    store.create_tenant(tenant).await.unwrap();
-    store
-        .put_sop(
-            tenant,
-            SopInput {
-                id: "SOP-007".into(),
-                action: "host_restart_service".into(),
-                title: "Restart a systemd service".into(),
-                covers: "a service that is down or leaking memory".into(),
-                rollback_path: "systemctl start nginx".into(),
-                max_blast_radius: BlastRadius::SingleDevice,
-                selector: [("env".to_owned(), "production".to_owned())].into(),
-            },
-        )
-        .await
-        .unwrap();
-    store
-        .put_target(
-            tenant,
-            "node-01",
-            TargetStatus::Online,
-            [("env".to_owned(), "production".to_owned())].into(),
-        )
-        .await
-        .unwrap();
+pub async fn seed_tenant(store: &DynStore, tenant: &str) -> String {
+    seed_reference(&**store, tenant).await;
     key_for(store, tenant, Role::Coordinator).await
 }
 
@@ -371,16 +280,6 @@ pub async fn channel(server: &Server) -> Channel {
 
 pub async fn client(server: &Server, key: &str) -> Client {
     ProposalServiceClient::with_interceptor(channel(server).await, BearerAuth::new(key).unwrap())
-}
-
-/// A write proposal on `target` (only `node-01` is known: others are rejected).
-pub fn spec(target: &str) -> ProposalSpec {
-    let mut spec = crate::helpers::valid_spec();
-    spec.target = target.into();
-    spec.reason = format!("restart nginx on {target}");
-    // One operator per target: the rejections here must not open a breaker.
-    spec.operator = format!("op-{target}");
-    spec
 }
 
 pub async fn submit(client: &mut Client, spec: ProposalSpec) -> String {

@@ -8,19 +8,9 @@ use countersign_proto::v1::{
 };
 use tonic::Code;
 
-use crate::helpers::{TestApp, assert_code};
+use countersign_test_support::fixtures::wire_sop as sop;
 
-fn sop(id: &str) -> v1::Sop {
-    v1::Sop {
-        id: id.into(),
-        action: "host_restart_service".into(),
-        title: "Restart".into(),
-        rollback_path: "systemctl start nginx".into(),
-        max_blast_radius: v1::BlastRadius::Cluster as i32,
-        selector: [("env".to_owned(), "production".to_owned())].into(),
-        ..Default::default()
-    }
-}
+use crate::helpers::{TestApp, assert_code};
 
 async fn sops(
     app: &TestApp,

@@ -4,10 +4,6 @@
 //! `countersign::telemetry`, with the SDK's in-memory exporter) must not leak
 //! into the other tests.
 
-#[path = "helpers.rs"]
-#[allow(dead_code)]
-mod helpers;
-
 use std::{
     sync::OnceLock,
     time::{Duration, Instant},
@@ -15,7 +11,7 @@ use std::{
 
 use countersign_domain::Role;
 use countersign_proto::v1::SubmitRequest;
-use helpers::{TestApp, valid_spec};
+use countersign_test_support::{app::TestApp, fixtures::wire_spec};
 use opentelemetry::{
     Value,
     trace::{SpanId, TraceId},
@@ -77,7 +73,7 @@ async fn finished(name: &str, id: &str) -> SpanData {
 async fn submit_and_decide(app: &TestApp, traceparent: Option<String>) -> String {
     let key = app.key("acme", Role::Coordinator).await;
     let mut request = tonic::Request::new(SubmitRequest {
-        spec: Some(valid_spec()),
+        spec: Some(wire_spec()),
     });
     if let Some(traceparent) = traceparent {
         request

@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+use countersign_test_support::{env_var, postgres, redis};
+
 /// Runs `countersign-bench <args>` and returns its JSON report.
 fn bench(args: &[&str]) -> serde_json::Value {
     let out = tempfile::tempdir().unwrap();
@@ -51,9 +53,19 @@ fn bench(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benchmark_beside_it() {
+    // The test servers' URLs, given explicitly: without them the test fails.
+    let owner = env_var(postgres::OWNER_URL);
+    let app = env_var(postgres::APP_URL);
+    let redis = redis::url();
     let report = bench(&[
         "submit-decide",
         "--production",
+        "--pg-owner-url",
+        &owner,
+        "--pg-app-url",
+        &app,
+        "--redis-url",
+        &redis,
         "--pgbench-clients",
         "4",
         "--redis-benchmark-requests",

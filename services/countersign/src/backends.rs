@@ -43,6 +43,14 @@ impl Backends {
         }
     }
 
+    /// The embedded queue; the Redis one is connected in the background.
+    pub fn queue(&self) -> Option<DynQueue> {
+        match self {
+            Backends::Embedded { queue, .. } => Some(queue.clone()),
+            Backends::Production(_) => None,
+        }
+    }
+
     pub fn store(&self) -> DynStore {
         match self {
             Backends::Embedded { store, .. } => store.clone(),

@@ -170,7 +170,6 @@ mod tests {
     use std::{sync::Arc, time::Duration};
 
     use countersign_queue::EmbeddedQueue;
-    use countersign_store::{SqliteStore, Store};
 
     use super::*;
 
@@ -179,10 +178,7 @@ mod tests {
     /// otherwise stop only after the reviewers).
     #[tokio::test]
     async fn cancelling_the_process_token_stops_the_background() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("b.db").display());
-        let sqlite = SqliteStore::connect(&url).await.unwrap();
-        sqlite.migrate().await.unwrap();
+        let (sqlite, _dir) = countersign_test_support::sqlite::store().await;
         let queue = Arc::new(EmbeddedQueue::new(sqlite.writer()));
         let backends = Backends::Embedded {
             store: Arc::new(sqlite),

@@ -1,6 +1,7 @@
 //! The pieces of the `countersign` binary, as a library so tests can drive them.
 
 pub mod admin;
+pub mod app;
 pub mod audit;
 pub mod backends;
 pub mod background;

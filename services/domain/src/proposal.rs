@@ -104,6 +104,8 @@ pub(crate) mod by_name {
 pub(crate) mod tests {
     use super::*;
 
+    /// The crate's one spec fixture (its other tests change the fields they
+    /// are about): a single-device nginx restart.
     pub(crate) fn spec() -> ProposalSpec {
         ProposalSpec {
             action: "host_restart_service".into(),

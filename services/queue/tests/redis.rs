@@ -1,6 +1,7 @@
 //! What only the Redis queue does, or does its own way: fair rounds over
 //! tenant streams, leases in the pending entries list, dead-letter streams,
-//! consumer heartbeats and clean-up. Against a real Redis (see `support`).
+//! consumer heartbeats and clean-up. Against the test Redis
+//! (`countersign-test-support`).
 
 mod support;
 
@@ -8,8 +9,11 @@ use std::{collections::HashMap, time::Duration};
 
 use countersign_domain::{ErrorKind, ServiceError};
 use countersign_queue::{Queue, RedisQueue, RedisQueueOptions};
+use countersign_test_support::redis::{
+    options as isolated_options, queue as redis_queue, queue_with,
+};
 use redis::AsyncCommands;
-use support::{LONG, enqueue, fetch, isolated_options, redis_connection, redis_queue};
+use support::{LONG, enqueue, fetch};
 
 /// The PEL record of an entry: (consumer, times delivered).
 async fn pending(queue: &RedisQueue, tenant: &str, id: &str) -> Option<(String, u32)> {
@@ -274,7 +278,7 @@ async fn acked_and_dead_lettered_entries_leave_the_stream_and_the_pending_list()
 
 #[tokio::test]
 async fn consumers_are_forgotten_only_once_they_own_no_pending_entry() {
-    let queue = support::redis_queue_with(RedisQueueOptions {
+    let queue = queue_with(RedisQueueOptions {
         consumer_ttl: Duration::from_millis(100),
         ..isolated_options()
     })
@@ -312,7 +316,7 @@ async fn consumers_are_forgotten_only_once_they_own_no_pending_entry() {
 
 #[tokio::test]
 async fn a_pending_entry_whose_lease_record_was_lost_is_reclaimed_after_it_idles() {
-    let queue = support::redis_queue_with(RedisQueueOptions {
+    let queue = queue_with(RedisQueueOptions {
         orphan_after: Duration::from_millis(50),
         ..isolated_options()
     })
@@ -385,4 +389,13 @@ async fn missing_names_the_proposals_without_an_entry_and_counts_dead_letters_as
         ]
     );
     assert!(queue.missing(&[]).await.unwrap().is_empty());
+}
+
+/// A raw connection to the test Redis, to look at what the queue wrote.
+async fn redis_connection() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(countersign_test_support::redis::url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }

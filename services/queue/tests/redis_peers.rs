@@ -1,12 +1,10 @@
 //! [`RedisPeers`]: what the processes of a deployment tell each other, and the
-//! shared rejection tier. Against a real Redis (see `support`).
-
-mod support;
+//! shared rejection tier. Against a real Redis (`countersign-test-support`).
 
 use std::time::Duration;
 
 use countersign_queue::{PeerMessage, PeerSignal, Peers, RedisPeers};
-use support::{isolated_options, redis_url};
+use countersign_test_support::redis::{options as isolated_options, url as redis_url};
 use tokio::sync::broadcast::error::TryRecvError;
 
 const WAIT: Duration = Duration::from_secs(5);

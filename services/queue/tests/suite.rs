@@ -1,6 +1,7 @@
 //! One suite, run against both backends: the embedded queue (a real SQLite
-//! database) and the Redis queue (a real Redis, see `support`). Each test is a
-//! function of the queue; `queue_suite!` instantiates it for each backend.
+//! database) and the Redis queue (the test Redis, `countersign-test-support`).
+//! Each test is a function of the queue; `queue_suite!` instantiates it for
+//! each backend.
 
 mod support;
 
@@ -321,13 +322,32 @@ pub async fn depth_by_tenant_counts_each_tenants_entries_and_the_age_of_its_olde
     assert_eq!((depths[0].tenant.as_str(), depths[0].depth), ("a", 2));
 }
 
+/// The queue on each backend, and what keeps it alive for a test.
+mod backends {
+    use std::sync::Arc;
+
+    use countersign_queue::{DynQueue, EmbeddedQueue};
+
+    pub async fn redis() -> (DynQueue, Option<tempfile::TempDir>) {
+        (
+            Arc::new(countersign_test_support::redis::queue().await),
+            None,
+        )
+    }
+
+    pub async fn embedded() -> (DynQueue, Option<tempfile::TempDir>) {
+        let (store, dir) = countersign_test_support::sqlite::store().await;
+        (Arc::new(EmbeddedQueue::new(store.writer())), Some(dir))
+    }
+}
+
 macro_rules! queue_suite {
     ($backend:ident; $($test:ident),+ $(,)?) => {
         mod $backend {
             $(
                 #[tokio::test]
                 async fn $test() {
-                    let (queue, _guard) = crate::support::$backend().await;
+                    let (queue, _guard) = crate::backends::$backend().await;
                     super::$test(queue).await;
                 }
             )+
@@ -362,28 +382,13 @@ both_backends!(
 /// The embedded queue is written by the store itself, in the submit transaction.
 #[tokio::test]
 async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
-    use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
     use countersign_queue::EmbeddedQueue;
     use countersign_store::{NewProposal, Store};
 
-    let (store, _dir) = support::sqlite_store().await;
+    let (store, _dir) = countersign_test_support::sqlite::store().await;
     let queue = EmbeddedQueue::new(store.writer());
     store.create_tenant("a").await.unwrap();
-    let spec = ProposalSpec {
-        action: "restart".into(),
-        class: OperationClass::Write,
-        target: "node-01".into(),
-        parameters: Default::default(),
-        reason: "r".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: String::new(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
-    };
+    let spec = countersign_test_support::fixtures::spec();
     let outcome = store
         .insert_proposal(NewProposal {
             tenant: "a".into(),

@@ -8,16 +8,14 @@ use std::{
     time::Duration,
 };
 
-mod support;
-
 use countersign_domain::{
     Proposal, ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
 use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
-use support::{redis_queue, spec};
+use countersign_store::{DynStore, NewProposal};
+use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 
 /// Closed until opened: the evaluator waits on it for the busy tenant.
@@ -53,10 +51,7 @@ impl Drop for OpenOnDrop {
 
 /// A SQLite store with tenants `busy` and `quiet`, and its embedded queue.
 async fn store() -> (DynStore, EmbeddedQueue, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("x.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, dir) = countersign_test_support::sqlite::store().await;
     let embedded = EmbeddedQueue::new(sqlite.writer());
     let store: DynStore = Arc::new(sqlite);
     for tenant in ["busy", "quiet"] {
@@ -71,7 +66,7 @@ async fn submit(store: &DynStore, redis: Option<&RedisQueue>, tenant: &str, n: u
     let outcome = store
         .insert_proposal(NewProposal {
             tenant: tenant.into(),
-            spec: spec(&format!("{tenant}-{n:02}")),
+            spec: spec_on(&format!("{tenant}-{n:02}")),
             submitted_by: "tester".into(),
             trace_parent: None,
             submitted_key: None,
@@ -178,7 +173,7 @@ async fn embedded_a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_on_a_busy_one() {
     let (store, _embedded, _dir) = store().await;
-    let redis = redis_queue().await;
+    let redis = redis::queue().await;
     a_quiet_tenant_is_decided_while_the_shared_workers_are_stuck_on_a_busy_one(
         store,
         Arc::new(redis.clone()),

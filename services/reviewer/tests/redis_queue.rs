@@ -9,16 +9,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-mod support;
-
 use countersign_domain::{
     ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
 use countersign_queue::{Queue, RedisPeers, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
-use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
-use support::{fresh_prefix, redis_queue, redis_queue_at, redis_url, spec};
+use countersign_store::{DynStore, NewProposal};
+use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 
 /// Stores a proposal and publishes it to the Redis queue, as the api will.
@@ -26,7 +24,7 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
     let outcome = store
         .insert_proposal(NewProposal {
             tenant: "acme".into(),
-            spec: spec(target),
+            spec: spec_on(target),
             submitted_by: "tester".into(),
             trace_parent: None,
             submitted_key: None,
@@ -40,13 +38,10 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
 
 #[tokio::test]
 async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("r.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, _dir) = countersign_test_support::sqlite::store().await;
     let store: DynStore = Arc::new(sqlite);
     store.create_tenant("acme").await.unwrap();
-    let queue = redis_queue().await;
+    let queue = redis::queue().await;
 
     let poison = submit(&store, &queue, "poison-node").await;
     let mut healthy = Vec::new();
@@ -106,10 +101,7 @@ async fn workers_decide_every_redis_entry_once_and_dead_letter_a_poison_one() {
 async fn acme_and_deaf_workers(
     queue: countersign_queue::DynQueue,
 ) -> (DynStore, Reviewers, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("w.db").display());
-    let sqlite = SqliteStore::connect(&url).await.unwrap();
-    sqlite.migrate().await.unwrap();
+    let (sqlite, dir) = countersign_test_support::sqlite::store().await;
     let store: DynStore = Arc::new(sqlite);
     store.create_tenant("acme").await.unwrap();
     let mut config = ReviewerConfig::with_workers(1);
@@ -124,7 +116,7 @@ async fn stored(store: &DynStore) -> String {
     store
         .insert_proposal(NewProposal {
             tenant: "acme".into(),
-            spec: spec("node-01"),
+            spec: spec_on("node-01"),
             submitted_by: "tester".into(),
             trace_parent: None,
             submitted_key: None,
@@ -154,7 +146,7 @@ async fn decided_before_the_idle_poll(store: &DynStore, id: &str) {
 
 #[tokio::test]
 async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() {
-    let queue = redis_queue().await;
+    let queue = redis::queue().await;
     let (store, reviewers, _dir) = acme_and_deaf_workers(Arc::new(queue.clone())).await;
     // The submission's own event wakes the worker before the entry is in
     // Redis (as when the publisher has not published yet); it finds nothing
@@ -171,11 +163,14 @@ async fn an_idle_worker_wakes_when_this_process_enqueues_not_at_its_next_poll() 
 /// other process's idle worker.
 #[tokio::test]
 async fn an_idle_worker_wakes_when_another_process_enqueues_not_at_its_next_poll() {
-    let prefix = fresh_prefix();
-    let (api_queue, worker_queue) = (redis_queue_at(&prefix).await, redis_queue_at(&prefix).await);
+    let prefix = redis::prefix();
+    let (api_queue, worker_queue) = (
+        redis::queue_at(&prefix).await,
+        redis::queue_at(&prefix).await,
+    );
     let timeout = Duration::from_secs(5);
-    let api_peers = RedisPeers::new(&redis_url(), &prefix, timeout).unwrap();
-    let worker_peers = RedisPeers::new(&redis_url(), &prefix, timeout).unwrap();
+    let api_peers = RedisPeers::new(&redis::url(), &prefix, timeout).unwrap();
+    let worker_peers = RedisPeers::new(&redis::url(), &prefix, timeout).unwrap();
     assert!(api_peers.subscribed(timeout).await && worker_peers.subscribed(timeout).await);
     let worker_queue = Arc::new(worker_queue);
     let relay = relay_enqueued(worker_queue.clone(), worker_peers.clone());

@@ -2,14 +2,11 @@
 //! the entries already in a log, on both backends, and leaves the log
 //! append-only afterwards.
 
-#[path = "support/postgres.rs"]
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, PgConnection, SqliteConnection};
-use support::TestDatabase;
 
 /// Two tenants' entries, in sequence order: decided_at, and the running values
 /// the migration must give them.
@@ -28,7 +25,7 @@ fn migrations(backend: &str) -> PathBuf {
 }
 
 fn before_time_index(backend: &str) -> tempfile::TempDir {
-    support::migrations_before(backend, "0008")
+    countersign_test_support::postgres::migrations_before(backend, "0008")
 }
 
 /// (tenant, sequence) for each entry of ENTRIES.

@@ -3,21 +3,18 @@
 //! proposals, queue entries and decisions keeps every row (SQLite rebuilds
 //! the table under the decisions' foreign key).
 
-#[path = "support/postgres.rs"]
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, PgConnection, SqliteConnection};
-use support::TestDatabase;
 
 fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
 fn before_escalation(backend: &str) -> tempfile::TempDir {
-    support::migrations_before(backend, "0016")
+    countersign_test_support::postgres::migrations_before(backend, "0016")
 }
 
 const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,

@@ -2,15 +2,12 @@
 //! cursors) are handed out in commit order, so a reader following the log or
 //! one tenant's part of it never skips an event that commits late.
 
-#[path = "support/postgres.rs"]
-mod support;
-
 use std::time::Duration;
 
 use countersign_domain::{BlastRadius, EventKind, OperationClass, ProposalSpec};
 use countersign_store::{DynStore, NewProposal, ReviewKey, StoreError};
+use countersign_test_support::postgres::TestDatabase;
 use sqlx::Connection;
-use support::TestDatabase;
 
 fn new_proposal(tenant: &str) -> NewProposal {
     NewProposal {
@@ -401,7 +398,10 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
                 .into_iter()
                 .map(|k| {
                     let spec = &specs[keys.iter().position(|x| x == k).unwrap()];
-                    (k.clone(), support::rejection(spec, "target_state"))
+                    (
+                        k.clone(),
+                        countersign_test_support::fixtures::rejection(spec, "target_state"),
+                    )
                 })
                 .collect();
             let store = store.clone();
@@ -480,7 +480,11 @@ async fn a_decision_waits_for_an_open_one_so_the_audit_sequencer_skips_none() {
         let (store, id, spec) = (store.clone(), second.id.clone(), second.spec.clone());
         tokio::spawn(async move {
             store
-                .record_decision("b", &id, support::rejection(&spec, "sop"))
+                .record_decision(
+                    "b",
+                    &id,
+                    countersign_test_support::fixtures::rejection(&spec, "sop"),
+                )
                 .await
                 .unwrap()
         })

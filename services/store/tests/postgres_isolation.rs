@@ -3,13 +3,10 @@
 //! append-only history (decisions, the log, checkpoints, SOP versions), and
 //! copies changed under the store named by the log's verification.
 
-#[path = "support/postgres.rs"]
-mod support;
-
-use countersign_domain::{BlastRadius, OperationClass, ProposalSpec, Role};
+use countersign_domain::{BlastRadius, Role};
 use countersign_store::{DynStore, NewApiKey, NewProposal, PostgresStore, StoreError};
+use countersign_test_support::{fixtures::spec, postgres::TestDatabase};
 use sqlx::{Connection, PgConnection};
-use support::TestDatabase;
 
 /// Every table that holds a tenant's rows, with the column that names it.
 const TENANT_TABLES: &[(&str, &str)] = &[
@@ -35,24 +32,6 @@ const APPEND_ONLY: &[&str] = &[
     "audit_checkpoints",
     "sop_versions",
 ];
-
-fn spec() -> ProposalSpec {
-    ProposalSpec {
-        action: "host_restart_service".into(),
-        class: OperationClass::Write,
-        target: "node-01".into(),
-        parameters: Default::default(),
-        reason: "nginx OOM".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: "user_42".into(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
-    }
-}
 
 /// A tenant with a row in every table (a decided proposal, a late result, an
 /// SOP, a target, a key, a breaker reset).

@@ -2,36 +2,14 @@
 //! unpublished from its commit until marked; undecided proposals are listed
 //! across tenants for the sweeper.
 
-#[path = "support/postgres.rs"]
-mod support;
-
-use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
 use countersign_store::{DynStore, NewProposal, Outbox, PostgresStore, ReviewKey};
-use support::TestDatabase;
-
-fn spec(target: &str) -> ProposalSpec {
-    ProposalSpec {
-        action: "host_restart_service".into(),
-        class: OperationClass::Write,
-        target: target.into(),
-        parameters: Default::default(),
-        reason: format!("restart on {target}"),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: "user_42".into(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
-    }
-}
+use countersign_test_support::{fixtures::spec_on, postgres::TestDatabase};
 
 async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
     let proposal = store
         .insert_proposal(NewProposal {
             tenant: tenant.into(),
-            spec: spec(target),
+            spec: spec_on(target),
             submitted_by: "tester".into(),
             trace_parent: None,
             submitted_key: None,

@@ -1,15 +1,12 @@
 //! PostgreSQL only: reads whose plan the row-level-security predicate can
 //! mislead, checked on the service role's own connection.
 
-#[path = "support/postgres.rs"]
-mod support;
-
 use countersign_store::postgres::{
     BEGIN_REVIEW, BREAKER_REJECTIONS, DECIDED_STATE, IN_COMMIT_ORDER, LOCK_FOR_DECISION,
     NEXT_DECISIONS, PROPOSAL_BY_KEY, candidates_query, events_after_query,
 };
+use countersign_test_support::postgres::TestDatabase;
 use sqlx::Connection;
-use support::TestDatabase;
 
 /// Puts a transaction in `tenant`'s row-level-security scope (the system
 /// scope when empty) under `plan_cache_mode = mode`.

@@ -1,29 +1,17 @@
 //! One suite, run against every backend: each backend module below supplies
 //! `store()` and the whole suite is instantiated for it.
 
-use countersign_domain::{BlastRadius, OperationClass, ProposalSpec, ProposalState, Role, api_key};
+use countersign_domain::{BlastRadius, ProposalSpec, ProposalState, Role, api_key};
 use countersign_store::{
     DynStore, EventKind, NewApiKey, NewProposal, StoreError, SubmitOutcome, TenantPolicy,
 };
+use countersign_test_support::fixtures;
 
+/// The shared spec under the idempotency key `key`.
 fn spec(key: &str) -> ProposalSpec {
     ProposalSpec {
-        action: "host_restart_service".into(),
-        class: OperationClass::Write,
-        target: "node-01".into(),
-        parameters: serde_json::json!({"service": "nginx"})
-            .as_object()
-            .cloned()
-            .unwrap(),
-        reason: "nginx OOM".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: "user_42".into(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
         idempotency_key: key.into(),
+        ..fixtures::spec()
     }
 }
 
@@ -416,7 +404,7 @@ pub async fn an_idempotency_key_is_found_before_any_insert(store: DynStore) {
 
     // A decided proposal comes with its decision, as Submit would answer it.
     begin_review(&store, "a", &first.id).await.unwrap();
-    let rejection = support::rejection(&first.spec, "target_state");
+    let rejection = fixtures::rejection(&first.spec, "target_state");
     store
         .record_decision("a", &first.id, rejection)
         .await
@@ -1166,7 +1154,7 @@ pub async fn overlapping_appends_put_each_decision_in_the_log_once(store: DynSto
 }
 
 fn rejection(spec: &ProposalSpec) -> countersign_domain::Decision {
-    support::rejection(spec, "sop")
+    fixtures::rejection(spec, "sop")
 }
 
 async fn reviewing(store: &DynStore, tenant: &str, operator: &str) -> countersign_domain::Proposal {
@@ -1802,21 +1790,14 @@ macro_rules! store_suite {
 mod backends {
     use std::sync::Arc;
 
-    use countersign_store::{DynStore, SqliteStore, Store};
+    use countersign_store::DynStore;
+    pub use countersign_test_support::postgres::store as postgres;
 
     pub async fn sqlite() -> (DynStore, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("test.db").display());
-        let store = SqliteStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
+        let (store, dir) = countersign_test_support::sqlite::store().await;
         (Arc::new(store), dir)
     }
-
-    pub use crate::support::store as postgres;
 }
-
-#[path = "support/postgres.rs"]
-mod support;
 
 /// Every test of the suite, for one backend.
 macro_rules! every_store_test {

@@ -4,19 +4,16 @@
 //! refused), and each tenant's numbering continues after the log's newest
 //! cursor, one by one.
 
-#[path = "support/postgres.rs"]
-mod support;
-
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
 };
 
-use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
+use countersign_domain::ProposalSpec;
 use countersign_store::{DynStore, NewProposal, PostgresStore, SqliteStore, Store};
+use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, PgConnection, SqliteConnection};
-use support::TestDatabase;
 
 /// The tenant of each event logged before the migration, in cursor order:
 /// cursors 1 to 5. The first two are pruned before it.
@@ -28,24 +25,14 @@ fn migrations(backend: &str) -> PathBuf {
 }
 
 fn before_tenant_cursors(backend: &str) -> tempfile::TempDir {
-    support::migrations_before(backend, "0012")
+    countersign_test_support::postgres::migrations_before(backend, "0012")
 }
 
+/// The shared spec, by the operator the rows below name.
 fn spec() -> ProposalSpec {
     ProposalSpec {
-        action: "host_restart_service".into(),
-        class: OperationClass::Write,
-        target: "node-01".into(),
-        parameters: Default::default(),
-        reason: "r".into(),
-        blast_radius: BlastRadius::SingleDevice,
         operator: "o".into(),
-        context_summary: String::new(),
-        incident_id: String::new(),
-        labels: Default::default(),
-        rollback_plan: String::new(),
-        force_approve_no_sop: false,
-        idempotency_key: String::new(),
+        ..countersign_test_support::fixtures::spec()
     }
 }
 

@@ -22,6 +22,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The crate's spec as a destructive cluster-wide failover.
 fn spec() -> ProposalSpec {
     ProposalSpec {
         action: "db_failover".into(),
@@ -31,12 +32,10 @@ fn spec() -> ProposalSpec {
         reason: "primary lost".into(),
         blast_radius: BlastRadius::Cluster,
         operator: " Olga@Example.com ".into(),
-        context_summary: String::new(),
         incident_id: String::new(),
-        labels: BTreeMap::new(),
         rollback_plan: String::new(),
-        force_approve_no_sop: false,
         idempotency_key: String::new(),
+        ..crate::proposal::tests::spec()
     }
 }
 

@@ -1,27 +1,21 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::{BlastRadius, GateResult, OperationClass};
+use crate::{BlastRadius, GateResult};
 
+/// The crate's spec, with nested parameters (their keys' order must not count).
 fn spec() -> ProposalSpec {
     ProposalSpec {
-        action: "host_restart_service".into(),
-        class: OperationClass::Write,
-        target: "node-01".into(),
         parameters:
             serde_json::json!({"service": "nginx", "opts": {"b": 1, "a": [2, {"y": 1, "x": 0}]}})
                 .as_object()
                 .cloned()
                 .unwrap(),
         reason: "nginx OOM".into(),
-        blast_radius: BlastRadius::SingleDevice,
-        operator: "user_42".into(),
-        context_summary: String::new(),
         incident_id: String::new(),
-        labels: Default::default(),
         rollback_plan: String::new(),
-        force_approve_no_sop: false,
         idempotency_key: String::new(),
+        ..crate::proposal::tests::spec()
     }
 }
 

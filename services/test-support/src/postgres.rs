@@ -1,27 +1,15 @@
-//! A fresh PostgreSQL database per test: created by the owner role, migrated
-//! by it, and used through the service role (as in production). The server
-//! and both roles come from `tests/services/postgres.sh`; without them the
-//! tests fail, they never skip.
+//! A fresh PostgreSQL database per test: created by the owner role
+//! (`COUNTERSIGN_TEST_PG_OWNER_URL`), migrated by it, and used through the
+//! service role (`COUNTERSIGN_TEST_PG_APP_URL`), as in production.
 
-#![allow(dead_code)]
-
-use std::sync::Arc;
+use std::{path::Path, sync::Arc};
 
 use countersign_store::{DynStore, PostgresStore};
 use sqlx::{Connection, PgConnection};
 
-const OWNER_URL: &str = "COUNTERSIGN_TEST_PG_OWNER_URL";
-const APP_URL: &str = "COUNTERSIGN_TEST_PG_APP_URL";
-const SUPERUSER_URL: &str = "COUNTERSIGN_TEST_PG_SUPERUSER_URL";
-
-pub fn env_url(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: the PostgreSQL store tests need a server. Start one and \
-             export its URLs with `eval \"$(tests/services/postgres.sh)\"` (tests/run does)"
-        )
-    })
-}
+pub const OWNER_URL: &str = "COUNTERSIGN_TEST_PG_OWNER_URL";
+pub const APP_URL: &str = "COUNTERSIGN_TEST_PG_APP_URL";
+pub const SUPERUSER_URL: &str = "COUNTERSIGN_TEST_PG_SUPERUSER_URL";
 
 /// `url` with its database replaced by `database`.
 pub fn with_database(url: &str, database: &str) -> String {
@@ -55,9 +43,9 @@ pub struct TestDatabase {
 impl TestDatabase {
     /// Created (empty) by the owner role.
     pub async fn create() -> TestDatabase {
-        let owner = env_url(OWNER_URL);
-        let app = env_url(APP_URL);
-        let name = format!("cs_{}", ulid::Ulid::new().to_string().to_lowercase());
+        let owner = crate::env_var(OWNER_URL);
+        let app = crate::env_var(APP_URL);
+        let name = crate::random_name("cs_");
         let mut conn = PgConnection::connect(&owner).await.unwrap_or_else(|e| {
             panic!(
                 "cannot reach PostgreSQL at {OWNER_URL} ({e}): start it with \
@@ -89,9 +77,9 @@ impl TestDatabase {
         user_of(&self.app_url)
     }
 
-    /// The superuser's URL for this database (only to prove it is refused).
+    /// The superuser's URL for this database (past row-level security).
     pub fn superuser_url(&self) -> String {
-        with_database(&env_url(SUPERUSER_URL), &self.name)
+        with_database(&crate::env_var(SUPERUSER_URL), &self.name)
     }
 
     /// The store as the service connects: the service role, a small pool.
@@ -111,12 +99,17 @@ impl TestDatabase {
     pub async fn owner_connection(&self) -> PgConnection {
         PgConnection::connect(&self.owner_url).await.unwrap()
     }
+
+    /// A raw connection as the superuser, to count what was written.
+    pub async fn superuser_connection(&self) -> PgConnection {
+        PgConnection::connect(&self.superuser_url()).await.unwrap()
+    }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         // Dropped on a thread of its own: a test's runtime may be gone already.
-        let owner = env_url(OWNER_URL);
+        let owner = crate::env_var(OWNER_URL);
         let name = self.name.clone();
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -142,43 +135,18 @@ impl Drop for TestDatabase {
     }
 }
 
-/// The shared suite's PostgreSQL backend: a migrated database of its own.
+/// A migrated database of its own and the store on it (the store suite's
+/// PostgreSQL backend).
 pub async fn store() -> (DynStore, TestDatabase) {
     let db = TestDatabase::migrated().await;
     (db.store().await, db)
-}
-
-/// A decision that rejects `spec` on `gate` alone (every other gate passed).
-pub fn rejection(
-    spec: &countersign_domain::ProposalSpec,
-    gate: &str,
-) -> countersign_domain::Decision {
-    let verdict = countersign_domain::gates::Verdict {
-        gates: countersign_domain::gates::GATES
-            .iter()
-            .map(|g| countersign_domain::GateResult {
-                gate: (*g).into(),
-                passed: *g != gate,
-                detail: "checked".into(),
-            })
-            .collect(),
-        sop: None,
-        rollback_path: None,
-    };
-    let stamp = countersign_domain::review::ReviewStamp {
-        reviewer: "w".into(),
-        decided_at: countersign_domain::now_ms(),
-        latency_ms: 3,
-    };
-    countersign_domain::review::decide(&verdict, &spec.into(), stamp)
 }
 
 /// The backend's migrations numbered below `version`, in a directory of their
 /// own: a database migrated from it is one made before `version`, for the
 /// tests that upgrade such a database.
 pub fn migrations_before(backend: &str, version: &str) -> tempfile::TempDir {
-    let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../migrations/{backend}"));
+    let all = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"));
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(all).unwrap() {
         let path = entry.unwrap().path();
