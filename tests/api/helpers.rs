@@ -16,9 +16,11 @@ use countersign_proto::{
         proposal_service_client::ProposalServiceClient,
     },
 };
-use countersign_queue::{DynQueue, EmbeddedQueue};
+use countersign_queue::DynQueue;
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{BeginReview, DynStore, NewApiKey, ReviewKey, SqliteStore, Store};
+use countersign_store::{
+    BeginReview, DynStore, EmbeddedQueue, NewApiKey, ReviewKey, SqliteStore, Store,
+};
 use tokio_util::sync::CancellationToken;
 use tonic::{
     Status,

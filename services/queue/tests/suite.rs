@@ -363,7 +363,7 @@ both_backends!(
 #[tokio::test]
 async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
     use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
-    use countersign_queue::EmbeddedQueue;
+    use countersign_store::EmbeddedQueue;
     use countersign_store::{NewProposal, Store};
 
     let (store, _dir) = support::sqlite_store().await;

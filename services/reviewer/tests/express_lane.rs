@@ -14,9 +14,9 @@ use countersign_domain::{
     Proposal, ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
+use countersign_queue::{DynQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewProposal, SqliteStore, Store};
+use countersign_store::{DynStore, EmbeddedQueue, NewProposal, SqliteStore, Store};
 use support::{redis_queue, spec};
 use tokio_util::sync::CancellationToken;
 

@@ -6,8 +6,8 @@
 
 use std::{sync::Arc, time::Duration};
 
-use countersign_queue::{DynQueue, EmbeddedQueue, Lease, Queue, RedisQueue, RedisQueueOptions};
-use countersign_store::{SqliteStore, Store};
+use countersign_queue::{DynQueue, Lease, Queue, RedisQueue, RedisQueueOptions};
+use countersign_store::{EmbeddedQueue, SqliteStore, Store};
 use rand::RngCore;
 
 pub const REDIS_URL_VAR: &str = "COUNTERSIGN_TEST_REDIS_URL";
