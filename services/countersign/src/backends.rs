@@ -6,11 +6,9 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use countersign_queue::{
-    DynQueue, EmbeddedQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions,
-};
+use countersign_queue::{DynQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions};
 use countersign_reviewer::OutboxConfig;
-use countersign_store::{DynStore, PostgresStore, SqliteStore, Store};
+use countersign_store::{DynStore, EmbeddedQueue, PostgresStore, SqliteStore, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::Config, output::redact_url, settings::is_postgres};

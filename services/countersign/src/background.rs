@@ -169,7 +169,7 @@ async fn announce_events(store: DynStore, peers: Arc<RedisPeers>) {
 mod tests {
     use std::{sync::Arc, time::Duration};
 
-    use countersign_queue::EmbeddedQueue;
+    use countersign_store::EmbeddedQueue;
 
     use super::*;
 

@@ -59,7 +59,7 @@ fn set(tenant: &str, depth: u64, oldest_age: Duration) {
 mod tests {
     use std::sync::Arc;
 
-    use countersign_queue::EmbeddedQueue;
+    use countersign_store::EmbeddedQueue;
     use countersign_store::{SqliteStore, Store};
 
     use super::*;

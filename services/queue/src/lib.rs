@@ -1,8 +1,9 @@
 //! The review queue: proposals wait here for a reviewer. At-least-once: a
 //! leased entry that is not acked before its lease runs out is handed out
-//! again; exactly-once *decisions* are the store's job.
+//! again; exactly-once *decisions* are the store's job. The trait and the
+//! Redis Streams backend live here; the embedded backend is the SQLite
+//! database's own table (`countersign_store::EmbeddedQueue`).
 
-mod embedded;
 pub mod peers;
 mod redis;
 
@@ -11,7 +12,6 @@ use std::{sync::Arc, time::Duration};
 use async_trait::async_trait;
 use countersign_domain::{ErrorKind, Millis, ServiceError};
 
-pub use embedded::EmbeddedQueue;
 pub use peers::{PeerMessage, PeerSignal, Peers, SharedRejection};
 pub use redis::{Consumer, DeadLetter, RedisPeers, RedisQueue, RedisQueueOptions};
 
@@ -39,17 +39,27 @@ pub struct Lease {
     pub expires_at: Millis,
 }
 
+/// What a queue operation could not do. The backend's own error is kept as
+/// the source (for the log), never as its type.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     #[error("queue unavailable: {0}")]
     Unavailable(String),
     #[error("queue error: {0}")]
-    Backend(#[from] sqlx::Error),
-    /// From the SQLite writer's own handle (the embedded queue's hot paths).
-    #[error("queue error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("queue error (redis): {0}")]
-    Redis(#[from] ::redis::RedisError),
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl QueueError {
+    /// A backend's error, kept as the source.
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        QueueError::Backend(Box::new(error))
+    }
+}
+
+impl From<::redis::RedisError> for QueueError {
+    fn from(error: ::redis::RedisError) -> Self {
+        QueueError::backend(error)
+    }
 }
 
 impl ServiceError for QueueError {
@@ -111,5 +121,3 @@ pub trait Queue: Send + Sync + 'static {
 }
 
 pub type DynQueue = Arc<dyn Queue>;
-
-pub(crate) use countersign_domain::now_ms;

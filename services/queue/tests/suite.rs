@@ -326,7 +326,8 @@ pub async fn depth_by_tenant_counts_each_tenants_entries_and_the_age_of_its_olde
 mod backends {
     use std::sync::Arc;
 
-    use countersign_queue::{DynQueue, EmbeddedQueue};
+    use countersign_queue::DynQueue;
+    use countersign_store::EmbeddedQueue;
 
     pub async fn redis() -> (DynQueue, Option<tempfile::TempDir>) {
         (
@@ -382,7 +383,7 @@ both_backends!(
 /// The embedded queue is written by the store itself, in the submit transaction.
 #[tokio::test]
 async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
-    use countersign_queue::EmbeddedQueue;
+    use countersign_store::EmbeddedQueue;
     use countersign_store::{NewProposal, Store};
 
     let (store, _dir) = countersign_test_support::sqlite::store().await;

@@ -12,9 +12,9 @@ use countersign_domain::{
     Proposal, ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{DynQueue, EmbeddedQueue, Queue, RedisQueue};
+use countersign_queue::{DynQueue, Queue, RedisQueue};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewProposal};
+use countersign_store::{DynStore, EmbeddedQueue, NewProposal};
 use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;
 

@@ -25,11 +25,13 @@ pub enum StoreError {
     Unavailable(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-    /// From the SQLite writer's own handle (`sqlite::writes`).
+    /// From the embedded (SQLite) store.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("migration failed: {0}")]
+    SqliteMigrate(#[from] crate::sqlite::MigrateError),
 }
 
 impl ServiceError for StoreError {
@@ -49,7 +51,8 @@ impl ServiceError for StoreError {
             | StoreError::Corrupt(_)
             | StoreError::Database(_)
             | StoreError::Sqlite(_)
-            | StoreError::Migrate(_) => ErrorKind::Internal,
+            | StoreError::Migrate(_)
+            | StoreError::SqliteMigrate(_) => ErrorKind::Internal,
         }
     }
 }

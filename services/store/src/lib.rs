@@ -25,7 +25,7 @@ pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, refer
 pub use error::StoreError;
 pub use outbox::Outbox;
 pub use postgres::PostgresStore;
-pub use sqlite::{SqliteStore, SqliteWriter, Synchronous, database_file};
+pub use sqlite::{EmbeddedQueue, SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
     RecentRejection, RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant,

@@ -1,8 +1,9 @@
 //! Row → domain mappings both backends share: their SOP, target, decision and
-//! audit-log columns have the same names and types, so one mapping serves both.
+//! audit-log columns have the same names and types, so one mapping serves
+//! both drivers' rows (sqlx's for PostgreSQL, rusqlite's for SQLite).
 
 use countersign_domain::{
-    Decision, GateResult, Sop, Target,
+    Decision, Event, EventKind, GateResult, Proposal, ProposalState, Sop, Target,
     audit::{
         AuditEntry, AuditRecord, Checkpoint, DecisionColumns, EMPTY_HEAD, Hash, LogColumns,
         ProposalColumns, Proposed, StoredCopies, StoredEntry, parse_hash, time_index::Tide,
@@ -47,12 +48,10 @@ macro_rules! columns {
     };
 }
 columns!(sqlx::postgres::PgRow, try_get);
-columns!(sqlx::sqlite::SqliteRow, try_get);
-// A row read on the SQLite writer's own handle (`sqlite::writes`).
 columns!(rusqlite::Row<'_>, get);
 
-/// A row read on the SQLite writer's own handle and kept (rusqlite's rows
-/// borrow their statement): the column names it was read with, its values.
+/// A SQLite row kept past its statement (rusqlite's rows borrow theirs):
+/// the column names it was read with, its values.
 pub(crate) struct OwnedRow {
     columns: std::sync::Arc<[String]>,
     values: Vec<rusqlite::types::Value>,
@@ -156,6 +155,25 @@ impl<R: Columns> Columns for Prefixed<'_, R> {
 
 fn malformed(what: &str, e: impl std::fmt::Display) -> StoreError {
     corrupt(format!("{what}: {e}"))
+}
+
+/// An event row's own columns (`ev_position`, `ev_cursor`, `ev_kind`,
+/// `ev_state`, `ev_at`), as an event of `proposal` (read from the same row).
+pub(crate) fn event_from_row(row: &impl Columns, proposal: Proposal) -> Result<Event> {
+    let position = row.int("ev_position")?;
+    let corrupt = |e: countersign_domain::names::UnknownName| {
+        StoreError::Corrupt(format!("event {position}: {e}"))
+    };
+    let kind: EventKind = row.text("ev_kind")?.parse().map_err(corrupt)?;
+    let state: ProposalState = row.text("ev_state")?.parse().map_err(corrupt)?;
+    Ok(Event::at(
+        position as u64,
+        row.int("ev_cursor")? as u64,
+        kind,
+        state,
+        row.int("ev_at")?,
+        proposal,
+    ))
 }
 
 /// A `sops` row.

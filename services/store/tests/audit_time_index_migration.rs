@@ -4,9 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use countersign_store::sqlite::Migrations;
 use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection, SqliteConnection};
+use sqlx::{Connection, PgConnection};
 
 /// Two tenants' entries, in sequence order: decided_at, and the running values
 /// the migration must give them.
@@ -53,56 +54,46 @@ fn assert_filled(got: &[(i64, i64)]) {
     assert_eq!(got, want);
 }
 
-#[tokio::test]
-async fn the_time_index_of_existing_sqlite_entries_is_filled_in() {
+#[test]
+fn the_time_index_of_existing_sqlite_entries_is_filled_in() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("db").display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let mut conn = rusqlite::Connection::open(dir.path().join("db")).unwrap();
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
     let old = before_time_index("sqlite");
-    Migrator::new(old.path())
-        .await
+    Migrations::from_dir(old.path())
         .unwrap()
         .run(&mut conn)
-        .await
         .unwrap();
     for tenant in ["a", "b"] {
-        sqlx::query("INSERT INTO tenants (name, created_at) VALUES (?, 0)")
-            .bind(tenant)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(
+            "INSERT INTO tenants (name, created_at) VALUES (?, 0)",
+            [tenant],
+        )
+        .unwrap();
     }
     for (i, ((tenant, sequence), entry)) in sequences().into_iter().zip(ENTRIES).enumerate() {
-        sqlx::query(INSERT)
-            .bind(tenant)
-            .bind(sequence)
-            .bind(format!("p{i}"))
-            .bind(entry.1)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(
+            INSERT,
+            rusqlite::params![tenant, sequence, format!("p{i}"), entry.1],
+        )
+        .unwrap();
     }
 
-    Migrator::new(migrations("sqlite"))
-        .await
+    Migrations::from_dir(&migrations("sqlite"))
         .unwrap()
         .run(&mut conn)
-        .await
         .unwrap();
     let mut got = Vec::new();
     for (tenant, sequence) in sequences() {
-        let row: (i64, i64) = sqlx::query_as(READ)
-            .bind(tenant)
-            .bind(sequence)
-            .fetch_one(&mut conn)
-            .await
+        let row: (i64, i64) = conn
+            .query_row(READ, rusqlite::params![tenant, sequence], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .unwrap();
         got.push(row);
     }
     assert_filled(&got);
-    let update = sqlx::query("UPDATE audit_log SET decided_max = 0")
-        .execute(&mut conn)
-        .await;
+    let update = conn.execute("UPDATE audit_log SET decided_max = 0", []);
     assert!(update.is_err(), "still append-only: {update:?}");
 }
 

@@ -5,9 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
+use countersign_store::sqlite::Migrations;
 use countersign_test_support::postgres::TestDatabase;
+use rusqlite::params;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection, SqliteConnection};
+use sqlx::{Connection, PgConnection};
 
 fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
@@ -37,70 +39,35 @@ fn pairs(events: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
-#[tokio::test]
-async fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
+#[test]
+fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("db").display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
-    let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(
-        fk, 1,
-        "foreign keys are enforced, as the store opens the file"
-    );
+    let mut conn = rusqlite::Connection::open(dir.path().join("db")).unwrap();
+    // Foreign keys enforced, as the store opens the file.
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
     let old = before_escalation("sqlite");
-    Migrator::new(old.path())
-        .await
+    Migrations::from_dir(old.path())
         .unwrap()
         .run(&mut conn)
-        .await
         .unwrap();
-    sqlx::query("INSERT INTO tenants (name, created_at) VALUES ('a', 0)")
-        .execute(&mut conn)
-        .await
+    conn.execute("INSERT INTO tenants (name, created_at) VALUES ('a', 0)", [])
         .unwrap();
     for id in ["p-decided", "p-open"] {
-        sqlx::query(INSERT_PROPOSAL)
-            .bind(id)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(INSERT_PROPOSAL, [id]).unwrap();
     }
     for (state, at) in [("reviewing", 2), ("rejected", 3)] {
-        sqlx::query(MOVE)
-            .bind(state)
-            .bind(at)
-            .bind("p-decided")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(MOVE, params![state, at, "p-decided"]).unwrap();
     }
-    sqlx::query(DECIDE)
-        .bind("p-decided")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let refused = sqlx::query(MOVE)
-        .bind("escalated")
-        .bind(4)
-        .bind("p-open")
-        .execute(&mut conn)
-        .await;
+    conn.execute(DECIDE, ["p-decided"]).unwrap();
+    let refused = conn.execute(MOVE, params!["escalated", 4, "p-open"]);
     assert!(refused.is_err(), "not before 0016: {refused:?}");
 
-    Migrator::new(migrations("sqlite"))
-        .await
+    Migrations::from_dir(&migrations("sqlite"))
         .unwrap()
         .run(&mut conn)
-        .await
         .unwrap();
 
-    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, state FROM proposals ORDER BY id")
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
+    let rows: Vec<(String, String)> = strings(&conn, "SELECT id, state FROM proposals ORDER BY id");
     assert_eq!(
         rows,
         [
@@ -108,26 +75,25 @@ async fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
             ("p-open".to_owned(), "pending".to_owned())
         ]
     );
-    let (queued, events): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM queue_entries), (SELECT COUNT(*) FROM events)",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
-    assert_eq!((queued, events), (2, 4), "the copy wrote no entry or event");
-    let broken: Vec<(String,)> = sqlx::query_as("SELECT \"table\" FROM pragma_foreign_key_check")
-        .fetch_all(&mut conn)
-        .await
+    let (queued, events): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM queue_entries), (SELECT COUNT(*) FROM events)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap();
+    assert_eq!((queued, events), (2, 4), "the copy wrote no entry or event");
+    let broken = strings(
+        &conn,
+        "SELECT \"table\", \"table\" FROM pragma_foreign_key_check",
+    );
     assert!(broken.is_empty(), "{broken:?}");
-    let indexes: Vec<(String,)> = sqlx::query_as(
-        "SELECT name FROM sqlite_master WHERE type IN ('index', 'trigger')
+    let indexes = strings(
+        &conn,
+        "SELECT name, type FROM sqlite_master WHERE type IN ('index', 'trigger')
            AND tbl_name = 'proposals' AND name NOT LIKE 'sqlite_%' ORDER BY name",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .unwrap();
-    let names: Vec<&str> = indexes.iter().map(|(n,)| n.as_str()).collect();
+    );
+    let names: Vec<&str> = indexes.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
         [
@@ -143,18 +109,14 @@ async fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
     );
 
     for (state, at) in [("reviewing", 5), ("escalated", 6), ("approved", 7)] {
-        sqlx::query(MOVE)
-            .bind(state)
-            .bind(at)
-            .bind("p-open")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(MOVE, params![state, at, "p-open"]).unwrap();
     }
-    let logged: Vec<(String, String)> = sqlx::query_as(EVENTS)
-        .bind("p-open")
-        .fetch_all(&mut conn)
-        .await
+    let logged: Vec<(String, String)> = conn
+        .prepare(EVENTS)
+        .unwrap()
+        .query_map(["p-open"], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
         .unwrap();
     assert_eq!(
         pairs(&logged),
@@ -165,20 +127,23 @@ async fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
             ("APPROVED", "approved"),
         ]
     );
-    let bogus = sqlx::query(MOVE)
-        .bind("waiting")
-        .bind(8)
-        .bind("p-open")
-        .execute(&mut conn)
-        .await;
+    let bogus = conn.execute(MOVE, params!["waiting", 8, "p-open"]);
     assert!(bogus.is_err(), "the CHECK still holds: {bogus:?}");
-    let deleted = sqlx::query("DELETE FROM proposals WHERE id = 'p-decided'")
-        .execute(&mut conn)
-        .await;
+    let deleted = conn.execute("DELETE FROM proposals WHERE id = 'p-decided'", []);
     assert!(
         deleted.is_err(),
         "the decision still references it: {deleted:?}"
     );
+}
+
+/// The rows of a query of two text columns.
+fn strings(conn: &rusqlite::Connection, query: &str) -> Vec<(String, String)> {
+    conn.prepare(query)
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
 }
 
 #[tokio::test]

@@ -10,10 +10,11 @@ use std::{
 };
 
 use countersign_domain::ProposalSpec;
+use countersign_store::sqlite::Migrations;
 use countersign_store::{DynStore, NewProposal, PostgresStore, SqliteStore, Store};
 use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection, SqliteConnection};
+use sqlx::{Connection, PgConnection};
 
 /// The tenant of each event logged before the migration, in cursor order:
 /// cursors 1 to 5. The first two are pruned before it.
@@ -99,58 +100,54 @@ async fn assert_numbered_on(store: DynStore) {
 #[tokio::test]
 async fn events_logged_before_tenant_cursors_keep_their_cursor_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}?mode=rwc", dir.path().join("db").display());
-    let mut conn = SqliteConnection::connect(&url).await.unwrap();
+    let path = dir.path().join("db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
     let old = before_tenant_cursors("sqlite");
-    Migrator::new(old.path())
-        .await
+    Migrations::from_dir(old.path())
         .unwrap()
         .run(&mut conn)
-        .await
         .unwrap();
     for tenant in ["a", "b", "c"] {
-        sqlx::query("INSERT INTO tenants (name, created_at) VALUES ($1, 0)")
-            .bind(tenant)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(
+            "INSERT INTO tenants (name, created_at) VALUES ($1, 0)",
+            [tenant],
+        )
+        .unwrap();
     }
     let spec = serde_json::to_string(&spec()).unwrap();
     for (i, tenant) in LOGGED.iter().enumerate() {
-        sqlx::query(INSERT_PROPOSAL)
-            .bind(format!("p{i}"))
-            .bind(tenant)
-            .bind(&spec)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        conn.execute(
+            INSERT_PROPOSAL,
+            rusqlite::params![format!("p{i}"), tenant, spec],
+        )
+        .unwrap();
     }
-    sqlx::query("DELETE FROM events WHERE cursor <= $1")
-        .bind(PRUNED_THROUGH)
-        .execute(&mut conn)
-        .await
+    conn.execute("DELETE FROM events WHERE cursor <= $1", [PRUNED_THROUGH])
         .unwrap();
-    sqlx::query("UPDATE event_retention SET pruned_through = $1")
-        .bind(PRUNED_THROUGH)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    conn.execute(
+        "UPDATE event_retention SET pruned_through = $1",
+        [PRUNED_THROUGH],
+    )
+    .unwrap();
 
-    Migrator::new(migrations("sqlite"))
-        .await
+    Migrations::from_dir(&migrations("sqlite"))
         .unwrap()
         .run(&mut conn)
+        .unwrap();
+    let kept: Vec<(i64, i64)> = conn
+        .prepare("SELECT cursor, tenant_cursor FROM events ORDER BY cursor")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(kept, [(3, 3), (4, 4), (5, 5)]);
+    drop(conn);
+
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()))
         .await
         .unwrap();
-    let kept: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT cursor, tenant_cursor FROM events ORDER BY cursor")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-    assert_eq!(kept, [(3, 3), (4, 4), (5, 5)]);
-    conn.close().await.unwrap();
-
-    let store = SqliteStore::connect(&url).await.unwrap();
     store.migrate().await.unwrap();
     assert_numbered_on(Arc::new(store)).await;
 }

@@ -2,12 +2,12 @@
 //! commit-ordered; see migrations/postgres/0002_review.sql and
 //! 0012_tenant_cursors.sql), its horizons, and its retention.
 
-use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
+use countersign_domain::{Event, EventHorizon, Millis};
 use sqlx::{PgPool, Row};
 
 use super::{proposals, scope};
 use crate::{
-    EventKind, Result, StoreError,
+    Result,
     rows::{Prefixed, decision_from_row},
 };
 
@@ -93,29 +93,12 @@ pub async fn after(
     tx.commit().await?;
     let mut events = Vec::with_capacity(rows.len());
     for row in &rows {
-        let position: i64 = row.try_get("ev_position")?;
-        let cursor: i64 = row.try_get("ev_cursor")?;
-        let kind: String = row.try_get("ev_kind")?;
-        let state: String = row.try_get("ev_state")?;
-        let kind: EventKind = kind
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event {position}: {e}")))?;
-        let state: ProposalState = state
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("event {position}: {e}")))?;
         let mut proposal = proposals::from_row(row)?;
         let decided: Option<String> = row.try_get("d_proposal_id")?;
         if proposal.state.is_terminal() && decided.is_some() {
             proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
         }
-        events.push(Event::at(
-            position as u64,
-            cursor as u64,
-            kind,
-            state,
-            row.try_get("ev_at")?,
-            proposal,
-        ));
+        events.push(crate::rows::event_from_row(row, proposal)?);
     }
     Ok(events)
 }

@@ -5,74 +5,61 @@ use std::collections::HashMap;
 
 use countersign_domain::audit::time_index::{self, SequenceWindow};
 use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry, chain};
-use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
+use rusqlite::{Connection, OptionalExtension, params, types::Value};
 
-use super::writes::SqliteWriter;
 use crate::rows::{
     CheckpointRow, HEAD_COLUMNS, Head, STORED_ENTRY_COLUMNS, checkpoint_from, entry_from_row,
     head_from, record_from_row, stored_entry_from_row,
 };
 use crate::{Result, StoreError};
 
-/// Appends up to `limit` decisions that are not in their tenant's log yet, in
-/// the order they committed, in one transaction; returns how many.
-///
-/// The decisions are read and chained on a reader: only the insert takes the
-/// one writer, for as long as it writes (the chaining, ~60 µs a decision,
-/// used to hold every submission and review behind it). The write commits
-/// only if the log's progress is still what the reader saw; if another append
-/// got there first, the round starts again from what it wrote.
-#[tracing::instrument(name = "store.sqlite.append_audit", level = "debug", skip_all)]
-pub async fn append(reader: &SqlitePool, writer: &SqliteWriter, limit: u32) -> Result<u64> {
-    loop {
-        let Some(next) = chain_next(reader, limit).await? else {
-            return Ok(0);
-        };
-        let appended = next.count;
-        let written = writer.run(move |conn| write_next(conn?, next)).await??;
-        if written {
-            return Ok(appended);
-        }
-    }
-}
-
 /// The entries that extend the logs, from one snapshot.
-struct NextEntries {
+///
+/// An append reads and chains the decisions on a reader: only the insert
+/// ([`write_next`]) takes the one writer, for as long as it writes (the
+/// chaining, ~60 µs a decision, would hold every submission and review
+/// behind it). The write commits only if the log's progress is still what
+/// the reader saw; if another append got there first, the round starts again
+/// from what it wrote.
+pub struct NextEntries {
     /// The progress mark they were chained from, and the one they move it to.
     from: i64,
     through: i64,
     /// How many, and their JSON array (serialized here, off the writer).
-    count: u64,
+    pub count: u64,
     entries: String,
 }
 
-async fn chain_next(reader: &SqlitePool, limit: u32) -> Result<Option<NextEntries>> {
-    let mut tx = reader.begin().await?;
-    let from: i64 = sqlx::query_scalar("SELECT through FROM audit_progress WHERE id = 1")
-        .fetch_one(&mut *tx)
-        .await?;
-    let rows = sqlx::query(
+/// The next up to `limit` decisions not in their tenant's log, in the order
+/// they committed, chained; `None` when every decision is in its log.
+#[tracing::instrument(name = "store.sqlite.append_audit", level = "debug", skip_all)]
+pub fn chain_next(conn: &mut Connection, limit: u32) -> Result<Option<NextEntries>> {
+    let tx = conn.transaction()?;
+    let from: i64 = tx.query_row("SELECT through FROM audit_progress WHERE id = 1", [], |r| {
+        r.get(0)
+    })?;
+    let mut statement = tx.prepare_cached(
         "SELECT d.rowid AS decision_rowid, d.*, p.action, p.target, p.operator, p.submitted_by,
                 p.blast_radius
          FROM decisions d CROSS JOIN proposals p ON p.id = d.proposal_id
          WHERE d.rowid > ?1 ORDER BY d.rowid LIMIT ?2",
-    )
-    .bind(from)
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
-    let Some(last) = rows.last() else {
+    )?;
+    let rows = statement
+        .query_map(params![from, limit], |row| {
+            Ok((row.get::<_, i64>("decision_rowid")?, record_from_row(row)))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let Some(&(through, _)) = rows.last() else {
         return Ok(None);
     };
-    let through: i64 = last.try_get("decision_rowid")?;
 
     let mut heads: HashMap<String, Head> = HashMap::new();
     let mut entries = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let record = record_from_row(row)?;
+    for (_, record) in rows {
+        let record = record?;
         let head = match heads.get(&record.tenant) {
             Some(head) => *head,
-            None => head_in(&mut tx, &record.tenant).await?,
+            None => head_in(&tx, &record.tenant)?,
         };
         let next = Head {
             size: head.size + 1,
@@ -109,7 +96,7 @@ async fn chain_next(reader: &SqlitePool, limit: u32) -> Result<Option<NextEntrie
 
 /// Writes `next` if the progress mark is still where it was chained from;
 /// `false` (nothing written) if it moved.
-fn write_next(conn: &mut rusqlite::Connection, next: NextEntries) -> Result<bool> {
+pub fn write_next(conn: &mut Connection, next: NextEntries) -> Result<bool> {
     let tx = conn.transaction()?;
     let moved = tx
         .prepare_cached("UPDATE audit_progress SET through = ?2 WHERE id = 1 AND through = ?1")?
@@ -136,20 +123,21 @@ fn write_next(conn: &mut rusqlite::Connection, next: NextEntries) -> Result<bool
     Ok(true)
 }
 
-async fn head_in(conn: &mut SqliteConnection, tenant: &str) -> Result<Head> {
-    let row = sqlx::query_as(&format!(
-        "SELECT {HEAD_COLUMNS} FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1"
-    ))
-    .bind(tenant)
-    .fetch_optional(&mut *conn)
-    .await?;
-    head_from(tenant, row)
+fn head_in(conn: &Connection, tenant: &str) -> Result<Head> {
+    let newest = conn
+        .prepare_cached(&format!(
+            "SELECT {HEAD_COLUMNS} FROM audit_log WHERE tenant = ? ORDER BY sequence DESC LIMIT 1"
+        ))?
+        .query_row([tenant], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .optional()?;
+    head_from(tenant, newest)
 }
 
 /// The newest entry's `(sequence, digest)`; `(0, zeros)` for an empty log.
-pub async fn head(reader: &SqlitePool, tenant: &str) -> Result<(u64, String)> {
-    let mut conn = reader.acquire().await?;
-    let head = head_in(&mut conn, tenant).await?;
+pub fn head(conn: &Connection, tenant: &str) -> Result<(u64, String)> {
+    let head = head_in(conn, tenant)?;
     Ok((head.size, hex::encode(head.digest)))
 }
 
@@ -162,19 +150,19 @@ pub async fn head(reader: &SqlitePool, tenant: &str) -> Result<(u64, String)> {
 /// an index in sequence order; where a selective filter is given, the coarse
 /// ones (outcome, blast radius, time) are kept off the index choice with
 /// SQLite's unary `+`, so the planner walks the selective index.
-#[tracing::instrument(name = "store.sqlite.list_audit", skip(reader, filter))]
-pub async fn list(
-    reader: &SqlitePool,
+#[tracing::instrument(name = "store.sqlite.list_audit", skip(conn, filter))]
+pub fn list(
+    conn: &mut Connection,
     tenant: &str,
     filter: &AuditFilter,
     before: Option<u64>,
     limit: u32,
 ) -> Result<Vec<AuditEntry>> {
     // One read transaction: the bounds and the page see the same log.
-    let mut tx = reader.begin().await?;
+    let tx = conn.transaction()?;
     let timed = filter.decided_from.is_some() || filter.decided_until.is_some();
     let window = if timed {
-        match sequence_window(&mut tx, tenant, filter).await? {
+        match sequence_window(&tx, tenant, filter)? {
             Some(window) => Some(window),
             None => return Ok(Vec::new()),
         }
@@ -192,169 +180,177 @@ pub async fn list(
     .any(|f| f.is_some());
     let coarse = if selective || timed { "+" } else { "" };
 
-    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
+    let mut sql = String::from(
         "SELECT sequence, digest, record FROM audit_log WHERE rowid IN (
-             SELECT rowid FROM audit_log WHERE tenant = ",
+             SELECT rowid FROM audit_log WHERE tenant = ?",
     );
-    q.push_bind(tenant.to_owned());
+    let mut values: Vec<Value> = vec![tenant.to_owned().into()];
     if let Some(SequenceWindow { low, high }) = window {
-        q.push(" AND sequence BETWEEN ")
-            .push_bind(low as i64)
-            .push(" AND ")
-            .push_bind(high as i64);
+        sql.push_str(" AND sequence BETWEEN ? AND ?");
+        values.extend([Value::from(low as i64), Value::from(high as i64)]);
     }
-    let mut eq = |column: &str, value: Option<String>| {
-        if let Some(value) = value {
-            q.push(format!(" AND {column} = ")).push_bind(value);
-        }
+    let mut and = |condition: String, value: Value| {
+        sql.push_str(&format!(" AND {condition} ?"));
+        values.push(value);
     };
-    eq("action", filter.action.clone());
-    eq("target", filter.target.clone());
-    eq("operator", filter.operator.clone());
-    eq("submitted_by", filter.submitted_by.clone());
-    eq("sop_id", filter.sop_id.clone());
-    eq(
-        &format!("{coarse}outcome"),
-        filter.outcome.map(|outcome| outcome.as_str().to_owned()),
-    );
-    eq(
-        &format!("{coarse}blast_radius"),
-        filter.blast_radius.map(|radius| radius.as_str().to_owned()),
-    );
+    let equal = [
+        ("action", filter.action.clone()),
+        ("target", filter.target.clone()),
+        ("operator", filter.operator.clone()),
+        ("submitted_by", filter.submitted_by.clone()),
+        ("sop_id", filter.sop_id.clone()),
+        (
+            "outcome",
+            filter.outcome.map(|outcome| outcome.as_str().to_owned()),
+        ),
+        (
+            "blast_radius",
+            filter.blast_radius.map(|radius| radius.as_str().to_owned()),
+        ),
+    ];
+    for (column, value) in equal {
+        if let Some(value) = value {
+            let coarse = if matches!(column, "outcome" | "blast_radius") {
+                coarse
+            } else {
+                ""
+            };
+            and(format!("{coarse}{column} ="), value.into());
+        }
+    }
     if let Some(from) = filter.decided_from {
-        q.push(" AND +decided_at >= ").push_bind(from);
+        and("+decided_at >=".into(), from.into());
     }
     if let Some(until) = filter.decided_until {
-        q.push(" AND +decided_at < ").push_bind(until);
+        and("+decided_at <".into(), until.into());
     }
     if let Some(before) = before {
-        q.push(" AND sequence < ")
-            .push_bind(i64::try_from(before).unwrap_or(i64::MAX));
+        and(
+            "sequence <".into(),
+            i64::try_from(before).unwrap_or(i64::MAX).into(),
+        );
     }
-    q.push(" ORDER BY sequence DESC LIMIT ")
-        .push_bind(i64::from(limit));
-    q.push(") ORDER BY sequence DESC");
-    let rows = q.build().fetch_all(&mut *tx).await?;
-    tx.commit().await?;
-    rows.iter().map(entry_from_row).collect()
+    sql.push_str(" ORDER BY sequence DESC LIMIT ?) ORDER BY sequence DESC");
+    values.push(i64::from(limit).into());
+    let mut page = tx.prepare_cached(&sql)?;
+    let entries: Result<Vec<AuditEntry>> = page
+        .query_map(rusqlite::params_from_iter(values), |row| {
+            Ok(entry_from_row(row))
+        })?
+        .map(|row| row?)
+        .collect();
+    entries
 }
 
 /// The sequences the filter's time range can hold; None when it holds none.
-async fn sequence_window(
-    conn: &mut SqliteConnection,
+fn sequence_window(
+    conn: &Connection,
     tenant: &str,
     filter: &AuditFilter,
 ) -> Result<Option<SequenceWindow>> {
-    let head = head_in(conn, tenant).await?;
+    let head = head_in(conn, tenant)?;
     let seeks = time_index::seeks(
         filter.decided_from,
         filter.decided_until,
         head.tide.lateness_max,
     );
-    let mut first = async |seek: Option<i64>| -> Result<Option<u64>> {
+    let first = |seek: Option<i64>| -> Result<Option<u64>> {
         let Some(seek) = seek else { return Ok(None) };
-        let sequence: Option<i64> = sqlx::query_scalar(
-            "SELECT sequence FROM audit_log WHERE tenant = ? AND decided_max >= ?
-             ORDER BY decided_max, sequence LIMIT 1",
-        )
-        .bind(tenant)
-        .bind(seek)
-        .fetch_optional(&mut *conn)
-        .await?;
+        let sequence: Option<i64> = conn
+            .prepare_cached(
+                "SELECT sequence FROM audit_log WHERE tenant = ? AND decided_max >= ?
+                 ORDER BY decided_max, sequence LIMIT 1",
+            )?
+            .query_row(params![tenant, seek], |r| r.get(0))
+            .optional()?;
         Ok(sequence.map(|s| s as u64))
     };
-    let low = first(seeks.low_seek).await?;
-    let high = first(seeks.high_seek).await?;
+    let low = first(seeks.low_seek)?;
+    let high = first(seeks.high_seek)?;
     Ok(SequenceWindow::from_seeks(seeks, low, high, head.size))
 }
 
 /// The entry of one proposal's decision, once the sequencer has appended it.
-pub async fn get(
-    reader: &SqlitePool,
-    tenant: &str,
-    proposal_id: &str,
-) -> Result<Option<AuditEntry>> {
-    sqlx::query(
+pub fn get(conn: &Connection, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
+    conn.prepare_cached(
         "SELECT sequence, digest, record FROM audit_log WHERE tenant = ? AND proposal_id = ?",
-    )
-    .bind(tenant)
-    .bind(proposal_id)
-    .fetch_optional(reader)
-    .await?
-    .as_ref()
-    .map(entry_from_row)
+    )?
+    .query_row([tenant, proposal_id], |row| Ok(entry_from_row(row)))
+    .optional()?
     .transpose()
 }
 
 /// Entries after `after`, oldest first, exactly as stored, each with the
 /// copies of its record's fields (its filter columns, decision and proposal).
-pub async fn range(
-    reader: &SqlitePool,
-    tenant: &str,
-    after: u64,
-    limit: u32,
-) -> Result<Vec<StoredEntry>> {
-    let rows = sqlx::query(&format!(
+pub fn range(conn: &Connection, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>> {
+    conn.prepare_cached(&format!(
         "SELECT {STORED_ENTRY_COLUMNS} FROM audit_log a
          LEFT JOIN decisions d ON d.proposal_id = a.proposal_id
          LEFT JOIN proposals p ON p.id = a.proposal_id
          WHERE a.tenant = ? AND a.sequence > ? ORDER BY a.sequence LIMIT ?"
-    ))
-    .bind(tenant)
-    .bind(i64::try_from(after).unwrap_or(i64::MAX))
-    .bind(i64::from(limit))
-    .fetch_all(reader)
-    .await?;
-    rows.iter().map(stored_entry_from_row).collect()
+    ))?
+    .query_map(
+        params![tenant, i64::try_from(after).unwrap_or(i64::MAX), limit],
+        |row| Ok(stored_entry_from_row(row)),
+    )?
+    .map(|row| row?)
+    .collect()
 }
 
 /// Keeps `checkpoint` unless the tenant already has one of at least its size
 /// (the log has not grown since), in one statement; returns the checkpoint
 /// kept: `checkpoint`, or the newest one there was.
-pub async fn save_checkpoint(writer: &SqlitePool, checkpoint: &Checkpoint) -> Result<Checkpoint> {
+pub fn save_checkpoint(conn: &Connection, checkpoint: &Checkpoint) -> Result<Checkpoint> {
     let size = i64::try_from(checkpoint.size).unwrap_or(i64::MAX);
-    let saved = sqlx::query(
-        "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key, signature)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6
-         WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE tenant = ?1 AND size >= ?2)
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&checkpoint.tenant)
-    .bind(size)
-    .bind(&checkpoint.head_digest)
-    .bind(checkpoint.signed_at)
-    .bind(&checkpoint.public_key)
-    .bind(&checkpoint.signature)
-    .execute(writer)
-    .await?;
-    if saved.rows_affected() == 1 {
+    let saved = conn
+        .prepare_cached(
+            "INSERT INTO audit_checkpoints (tenant, size, head_digest, signed_at, public_key,
+                 signature)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6
+             WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE tenant = ?1 AND size >= ?2)
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![
+            checkpoint.tenant,
+            size,
+            checkpoint.head_digest,
+            checkpoint.signed_at,
+            checkpoint.public_key,
+            checkpoint.signature
+        ])?;
+    if saved == 1 {
         return Ok(checkpoint.clone());
     }
-    latest_checkpoint(writer, &checkpoint.tenant)
-        .await?
+    latest_checkpoint(conn, &checkpoint.tenant)?
         .ok_or_else(|| StoreError::NotFound(format!("a checkpoint of `{}`", checkpoint.tenant)))
 }
 
-pub async fn latest_checkpoint(reader: &SqlitePool, tenant: &str) -> Result<Option<Checkpoint>> {
-    let row: Option<CheckpointRow> = sqlx::query_as(
-        "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
-         WHERE tenant = ? ORDER BY signed_at DESC, size DESC LIMIT 1",
-    )
-    .bind(tenant)
-    .fetch_optional(reader)
-    .await?;
+pub fn latest_checkpoint(conn: &Connection, tenant: &str) -> Result<Option<Checkpoint>> {
+    let row: Option<CheckpointRow> = conn
+        .prepare_cached(
+            "SELECT size, head_digest, signed_at, public_key, signature FROM audit_checkpoints
+             WHERE tenant = ? ORDER BY signed_at DESC, size DESC LIMIT 1",
+        )?
+        .query_row([tenant], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?;
     Ok(row.map(|row| checkpoint_from(tenant, row)))
 }
 
 /// The newest checkpoint of any tenant.
-pub async fn newest_checkpoint(reader: &SqlitePool) -> Result<Option<Checkpoint>> {
-    let row: Option<(String, i64, String, i64, String, String)> = sqlx::query_as(
-        "SELECT tenant, size, head_digest, signed_at, public_key, signature
-         FROM audit_checkpoints ORDER BY signed_at DESC LIMIT 1",
-    )
-    .fetch_optional(reader)
-    .await?;
-    Ok(row.map(|(tenant, size, head, at, key, signature)| {
-        checkpoint_from(&tenant, (size, head, at, key, signature))
-    }))
+pub fn newest_checkpoint(conn: &Connection) -> Result<Option<Checkpoint>> {
+    let row: Option<(String, CheckpointRow)> = conn
+        .prepare_cached(
+            "SELECT tenant, size, head_digest, signed_at, public_key, signature
+             FROM audit_checkpoints ORDER BY signed_at DESC LIMIT 1",
+        )?
+        .query_row([], |r| {
+            Ok((
+                r.get(0)?,
+                (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?),
+            ))
+        })
+        .optional()?;
+    Ok(row.map(|(tenant, row)| checkpoint_from(&tenant, row)))
 }

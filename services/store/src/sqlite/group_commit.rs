@@ -4,12 +4,12 @@
 //! so the pages they share are written once. Each caller hears back only after
 //! the commit: OK still means durable.
 
-use super::{SqliteWriter, proposals, writes::Handle};
-use crate::StoreError;
+use rusqlite::Connection;
+
+use super::{SqliteWriter, proposals};
 use crate::group_commit::{Group, Submitter};
 
-/// Starts the committer on the writer pool; each group commits on the write
-/// thread.
+/// Starts the committer; each group commits on the write thread.
 pub fn start(writer: SqliteWriter) -> Submitter {
     Submitter::start(move |group| {
         let writer = writer.clone();
@@ -22,16 +22,7 @@ pub fn start(writer: SqliteWriter) -> Submitter {
 }
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-fn commit(conn: Handle<'_>, group: Group) {
-    let conn = match conn {
-        Ok(conn) => conn,
-        Err(error) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(StoreError::Unavailable(error.to_string())));
-            }
-            return;
-        }
-    };
+fn commit(conn: &mut Connection, group: Group) {
     // The group is one INSERT statement, which commits as a whole on its own;
     // if it fails, each submission is inserted by a statement of its own, and
     // fails only itself.

@@ -1,21 +1,29 @@
-//! The embedded backend: one SQLite file in WAL mode. Writes go through a
-//! single connection (SQLite has one writer anyway, and this way no writer
-//! ever sees `SQLITE_BUSY` from another of ours); reads use a small pool.
+//! The embedded backend: one SQLite file in WAL mode, through `rusqlite`.
+//! Every write runs on the single writer connection, on its own thread
+//! (`writes`: SQLite has one writer anyway, and this way no writer ever sees
+//! `SQLITE_BUSY` from another of ours); reads run on a few read-only
+//! connections (`reads`). The embedded review queue is this database's
+//! `queue_entries` table (`queue`).
 
 mod audit;
+mod connection;
 mod events;
 mod group_commit;
 mod keys;
+mod migrate;
 mod proposals;
+mod queue;
+mod reads;
 mod reference;
 mod review;
 mod suppression;
 mod tenants;
 mod writes;
 
+pub use connection::database_file;
+pub use migrate::{MigrateError, Migrations};
+pub use queue::EmbeddedQueue;
 pub use writes::{SqliteWriter, WriteThreadStopped};
-
-use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{
@@ -23,19 +31,17 @@ use countersign_domain::{
     audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
     gates::ReviewFacts,
 };
-use sqlx::{
-    ConnectOptions, SqlitePool,
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-};
+use rusqlite::Connection;
 use tokio::sync::broadcast;
+
+use connection::Location;
+use reads::Readers;
 
 use crate::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
     RecentRejection, RecordOutcome, Result, ReviewKey, SopInput, Store, StoreError, StoreEvent,
     SubmitOutcome, Tenant, TenantPolicy,
 };
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// How the embedded store commits (SQLite's `synchronous`, in WAL mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,30 +59,32 @@ pub enum Synchronous {
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// The single writer connection, and the thread its hot paths run on.
+    /// The single writer connection, on the thread it runs on.
     writer: SqliteWriter,
-    reader: SqlitePool,
+    /// The read-only connections; none for an in-memory database (a private
+    /// one, which only the writer's connection sees): its reads run on the
+    /// writer.
+    readers: Option<Readers>,
     events: broadcast::Sender<StoreEvent>,
     submitter: crate::group_commit::Submitter,
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the database a `sqlite://` URL names.
-    /// The single writer connection, shared with the embedded queue (whose
-    /// table the proposal insert writes in the same transaction).
-    pub fn writer_pool(&self) -> SqlitePool {
-        self.writer.pool().clone()
-    }
-
-    /// The writer pool with the thread its hot paths run on (see `writes`).
+    /// The writer's thread, shared with the embedded queue (whose table the
+    /// proposal insert writes in the same transaction).
     pub fn writer(&self) -> SqliteWriter {
         self.writer.clone()
     }
 
+    /// The embedded review queue on this database.
+    pub fn queue(&self) -> EmbeddedQueue {
+        EmbeddedQueue::new(self.writer())
+    }
+
     /// The `synchronous` setting the writer commits with, as SQLite reports it.
     pub async fn synchronous(&self) -> Result<Synchronous> {
-        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(self.writer.pool())
+        let level: i64 = self
+            .write(|conn| Ok(conn.pragma_query_value(None, "synchronous", |r| r.get(0))?))
             .await?;
         match level {
             1 => Ok(Synchronous::Normal),
@@ -105,84 +113,48 @@ impl SqliteStore {
     /// and so are the WAL and shared-memory files SQLite makes beside it
     /// (they take the database file's mode).
     pub async fn connect_with(url: &str, synchronous: Synchronous) -> Result<Self> {
-        let options = SqliteConnectOptions::from_str(url)?;
-        create_owner_only(options.get_filename())?;
-        let options = options
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(match synchronous {
-                Synchronous::Full => SqliteSynchronous::Full,
-                Synchronous::Normal => SqliteSynchronous::Normal,
-            })
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true)
-            // A statement this slow is a finding: it goes to the log.
-            .log_slow_statements(log::LevelFilter::Warn, Duration::from_millis(250));
-        // No liveness check on acquire: a file needs none, and for SQLite it is
-        // one more hand-off to the connection's thread per acquisition.
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(8)
-            .test_before_acquire(false)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options.read_only(true))
-            .await?;
-        let (events, _) = broadcast::channel(4096);
+        let location = Location::parse(url)?;
+        let (writer, readers) = tokio::task::spawn_blocking(move || {
+            let writer = connection::open_writer(&location, synchronous)?;
+            let readers = match &location {
+                Location::File(path) => Some(Readers::open(path)?),
+                Location::Memory => None,
+            };
+            Ok::<_, StoreError>((writer, readers))
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("opening the database: {e}")))??;
         let writer = SqliteWriter::start(writer)
             .map_err(|e| StoreError::Unavailable(format!("starting the write thread: {e}")))?;
+        let (events, _) = broadcast::channel(4096);
         let submitter = group_commit::start(writer.clone());
         Ok(SqliteStore {
             writer,
-            reader,
+            readers,
             events,
             submitter,
         })
     }
-}
 
-/// The file a `sqlite:` URL names (`None` for an in-memory database).
-pub fn database_file(url: &str) -> Result<Option<std::path::PathBuf>> {
-    let options = SqliteConnectOptions::from_str(url)?;
-    let path = options.get_filename();
-    Ok(
-        (!path.as_os_str().is_empty() && path != std::path::Path::new(":memory:"))
-            .then(|| path.to_path_buf()),
-    )
-}
-
-/// Creates an empty database file (SQLite takes an empty file for an empty
-/// database) with mode 0600, where there is none yet; an existing file is
-/// left as it is. A missing directory is left for the open to report.
-fn create_owner_only(path: &std::path::Path) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-
-    if path.as_os_str().is_empty() || path == std::path::Path::new(":memory:") {
-        return Ok(());
-    }
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
+    /// Runs `write` on the writer's thread.
+    async fn write<T, F>(&self, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotFound
-            ) =>
-        {
-            Ok(())
+        self.writer.run(write).await?
+    }
+
+    /// Runs `read` on a reader (on the writer for an in-memory database).
+    async fn read<T, F>(&self, read: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        match &self.readers {
+            Some(readers) => readers.run(read).await,
+            None => self.write(read).await,
         }
-        Err(e) => Err(StoreError::Unavailable(format!(
-            "creating {}: {e}",
-            path.display()
-        ))),
     }
 }
 
@@ -194,44 +166,52 @@ impl Store for SqliteStore {
 
     #[tracing::instrument(name = "store.sqlite.migrate", skip_all)]
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(self.writer.pool()).await?;
-        Ok(())
+        self.write(|conn| Ok(Migrations::embedded().run(conn)?))
+            .await
     }
 
     async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
-        tenants::bootstrap(self.writer.pool()).await
+        self.write(tenants::bootstrap).await
     }
 
     async fn create_tenant(&self, name: &str) -> Result<Tenant> {
-        tenants::create(self.writer.pool(), name).await
+        let name = name.to_owned();
+        self.write(move |conn| tenants::create(conn, &name)).await
     }
 
     async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
-        tenants::get(&self.reader, name).await
+        let name = name.to_owned();
+        self.read(move |conn| tenants::get(conn, &name)).await
     }
 
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        tenants::list(&self.reader).await
+        self.read(|conn| tenants::list(conn)).await
     }
 
     async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-        tenants::set_policy(self.writer.pool(), name, policy).await
+        let name = name.to_owned();
+        self.write(move |conn| tenants::set_policy(conn, &name, policy))
+            .await
     }
 
     async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
-        keys::create(self.writer.pool(), new).await
+        self.write(move |conn| keys::insert(conn, new)).await
     }
 
     async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
-        keys::find(&self.reader, id).await
+        let id = id.to_owned();
+        self.read(move |conn| keys::find(conn, &id)).await
     }
 
     async fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
-        keys::list(&self.reader, tenant).await
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| keys::list(conn, tenant.as_deref()))
+            .await
     }
 
     async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord> {
-        keys::revoke(self.writer.pool(), id).await
+        let id = id.to_owned();
+        self.write(move |conn| keys::revoke(conn, &id)).await
     }
 
     #[tracing::instrument(
@@ -248,11 +228,24 @@ impl Store for SqliteStore {
     }
 
     async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-        proposals::get(&self.reader, tenant, id).await
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            proposals::get(&tx, &tenant, &id)
+        })
+        .await
     }
 
     async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
-        proposals::find_idempotent(&self.reader, tenant, spec).await
+        if spec.idempotency_key.is_empty() {
+            return Ok(None);
+        }
+        let (tenant, spec) = (tenant.to_owned(), spec.clone());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            proposals::find_idempotent(&tx, &tenant, &spec)
+        })
+        .await
     }
 
     async fn cancel_proposal_by(
@@ -262,18 +255,25 @@ impl Store for SqliteStore {
         reason: &str,
         key: Option<&str>,
     ) -> Result<Proposal> {
-        let (proposal, event) =
-            proposals::cancel(self.writer.pool(), tenant, id, reason, key).await?;
+        let (tenant, id, reason) = (tenant.to_owned(), id.to_owned(), reason.to_owned());
+        let key = key.map(str::to_owned);
+        let (proposal, event) = self
+            .write(move |conn| proposals::cancel(conn, &tenant, &id, &reason, key.as_deref()))
+            .await?;
         self.publish(Some(event));
         Ok(proposal)
     }
 
     async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop> {
-        reference::put_sop(self.writer.pool(), tenant, sop).await
+        let tenant = tenant.to_owned();
+        self.write(move |conn| reference::put_sop(conn, &tenant, sop))
+            .await
     }
 
     async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
-        reference::get_sop(&self.reader, tenant, id).await
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| reference::get_sop(conn, &tenant, &id))
+            .await
     }
 
     async fn list_sops(
@@ -283,11 +283,17 @@ impl Store for SqliteStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Sop>> {
-        reference::list_sops(&self.reader, tenant, include_retired, after, limit).await
+        let (tenant, after) = (tenant.to_owned(), after.map(str::to_owned));
+        self.read(move |conn| {
+            reference::list_sops(conn, &tenant, include_retired, after.as_deref(), limit)
+        })
+        .await
     }
 
     async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
-        reference::retire_sop(self.writer.pool(), tenant, id).await
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.write(move |conn| reference::retire_sop(conn, &tenant, &id))
+            .await
     }
 
     async fn put_target(
@@ -297,11 +303,15 @@ impl Store for SqliteStore {
         status: TargetStatus,
         labels: std::collections::BTreeMap<String, String>,
     ) -> Result<Target> {
-        reference::put_target(self.writer.pool(), tenant, id, status, labels).await
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.write(move |conn| reference::put_target(conn, &tenant, &id, status, labels))
+            .await
     }
 
     async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
-        reference::get_target(&self.reader, tenant, id).await
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| reference::get_target(conn, &tenant, &id))
+            .await
     }
 
     async fn list_targets(
@@ -310,15 +320,16 @@ impl Store for SqliteStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Target>> {
-        reference::list_targets(&self.reader, tenant, after, limit).await
+        let (tenant, after) = (tenant.to_owned(), after.map(str::to_owned));
+        self.read(move |conn| reference::list_targets(conn, &tenant, after.as_deref(), limit))
+            .await
     }
 
     async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
         let items = items.to_vec();
         let (begun, events) = self
-            .writer
-            .run(move |conn| review::begin_many(conn?, &items))
-            .await??;
+            .write(move |conn| review::begin_many(conn, &items))
+            .await?;
         for event in events {
             self.publish(Some(event));
         }
@@ -327,9 +338,8 @@ impl Store for SqliteStore {
 
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
         let proposals = proposals.to_vec();
-        self.writer
-            .run(move |conn| review::facts_here(conn?, &proposals))
-            .await?
+        self.write(move |conn| review::facts_here(conn, &proposals))
+            .await
     }
 
     async fn record_decisions(
@@ -337,9 +347,8 @@ impl Store for SqliteStore {
         items: Vec<(ReviewKey, Decision)>,
     ) -> Result<Vec<RecordOutcome>> {
         let (recorded, events) = self
-            .writer
-            .run(move |conn| review::record_many(conn?, items))
-            .await??;
+            .write(move |conn| review::record_many(conn, items))
+            .await?;
         for event in events {
             self.publish(Some(event));
         }
@@ -351,7 +360,8 @@ impl Store for SqliteStore {
         started_before: Millis,
         limit: u32,
     ) -> Result<Vec<OverdueReview>> {
-        review::overdue(&self.reader, started_before, limit).await
+        self.read(move |conn| review::overdue(conn, started_before, limit))
+            .await
     }
 
     async fn events_after(
@@ -360,19 +370,35 @@ impl Store for SqliteStore {
         tenant: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Event>> {
-        events::after(&self.reader, after, tenant, limit).await
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| events::after(conn, after, tenant.as_deref(), limit))
+            .await
     }
 
     async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
-        events::horizon(&self.reader, tenant).await
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| events::horizon(conn, tenant.as_deref()))
+            .await
     }
 
     async fn prune_events(&self, created_before: Millis) -> Result<u64> {
-        events::prune(self.writer.pool(), created_before).await
+        let mut total = 0;
+        // A slice per job: other writes run between them.
+        for _ in 0..events::PRUNE_SLICES {
+            let deleted = self
+                .write(move |conn| events::prune_slice(conn, created_before))
+                .await?;
+            total += deleted;
+            if deleted == 0 {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
-        suppression::record(self.writer.pool(), counts).await?;
+        self.write(move |conn| suppression::record(conn, counts))
+            .await?;
         // Wake the fan-out: the SUPPRESSED events are in the log.
         self.publish(Some(StoreEvent {
             cursor: None,
@@ -385,19 +411,37 @@ impl Store for SqliteStore {
     }
 
     async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()> {
-        suppression::reset(self.writer.pool(), tenant, operator).await
+        let (tenant, operator) = (tenant.to_owned(), operator.to_owned());
+        self.write(move |conn| suppression::reset(conn, &tenant, &operator))
+            .await
     }
 
     async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>> {
-        suppression::resets(&self.reader, since).await
+        self.read(move |conn| suppression::resets(conn, since))
+            .await
     }
 
     async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>> {
-        suppression::rejections(&self.reader, since).await
+        self.read(move |conn| suppression::rejections(conn, since))
+            .await
     }
 
     async fn append_audit(&self, limit: u32) -> Result<u64> {
-        audit::append(&self.reader, &self.writer, limit).await
+        loop {
+            let Some(next) = self
+                .read(move |conn| audit::chain_next(conn, limit))
+                .await?
+            else {
+                return Ok(0);
+            };
+            let appended = next.count;
+            if self
+                .write(move |conn| audit::write_next(conn, next))
+                .await?
+            {
+                return Ok(appended);
+            }
+        }
     }
 
     async fn list_audit(
@@ -407,34 +451,89 @@ impl Store for SqliteStore {
         before: Option<u64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>> {
-        audit::list(&self.reader, tenant, filter, before, limit).await
+        let (tenant, filter) = (tenant.to_owned(), filter.clone());
+        self.read(move |conn| audit::list(conn, &tenant, &filter, before, limit))
+            .await
     }
 
     async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
-        audit::get(&self.reader, tenant, proposal_id).await
+        let (tenant, proposal_id) = (tenant.to_owned(), proposal_id.to_owned());
+        self.read(move |conn| audit::get(conn, &tenant, &proposal_id))
+            .await
     }
 
     async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>> {
-        audit::range(&self.reader, tenant, after, limit).await
+        let tenant = tenant.to_owned();
+        self.read(move |conn| audit::range(conn, &tenant, after, limit))
+            .await
     }
 
     async fn audit_head(&self, tenant: &str) -> Result<(u64, String)> {
-        audit::head(&self.reader, tenant).await
+        let tenant = tenant.to_owned();
+        self.read(move |conn| audit::head(conn, &tenant)).await
     }
 
     async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
-        audit::save_checkpoint(self.writer.pool(), checkpoint).await
+        let checkpoint = checkpoint.clone();
+        self.write(move |conn| audit::save_checkpoint(conn, &checkpoint))
+            .await
     }
 
     async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
-        audit::latest_checkpoint(&self.reader, tenant).await
+        let tenant = tenant.to_owned();
+        self.read(move |conn| audit::latest_checkpoint(conn, &tenant))
+            .await
     }
 
     async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
-        audit::newest_checkpoint(&self.reader).await
+        self.read(|conn| audit::newest_checkpoint(conn)).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    impl SqliteStore {
+        /// Runs `job` on the writer's connection (a test's look at the rows).
+        pub(crate) async fn on_writer<T, F>(&self, job: F) -> T
+        where
+            T: Send + 'static,
+            F: FnOnce(&mut Connection) -> T + Send + 'static,
+        {
+            self.writer.run(job).await.unwrap()
+        }
+    }
+
+    /// A freshly migrated store in a directory of its own.
+    pub(crate) async fn migrated() -> (SqliteStore, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = SqliteStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        (store, dir)
+    }
+
+    /// The steps of `query`'s plan on a freshly migrated database.
+    pub(crate) async fn plan_of(query: &str) -> Vec<String> {
+        let (store, _dir) = migrated().await;
+        let query = format!("EXPLAIN QUERY PLAN {query}");
+        store
+            .on_writer(move |conn| {
+                // Its parameters left unbound: the plan is the same.
+                let mut statement = conn.prepare(&query)?;
+                let mut rows = statement.raw_query();
+                let mut steps = Vec::new();
+                while let Some(row) = rows.next()? {
+                    steps.push(row.get::<_, String>(3)?);
+                }
+                Ok::<_, rusqlite::Error>(steps)
+            })
+            .await
+            .unwrap()
     }
 }

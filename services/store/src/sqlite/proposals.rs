@@ -1,10 +1,9 @@
 use std::collections::HashSet;
 
 use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
-use sqlx::{SqliteConnection, SqlitePool};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{events, review};
-use rusqlite::OptionalExtension;
+use super::events;
 
 use crate::rows::Columns;
 use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
@@ -29,25 +28,6 @@ pub fn from_row(row: &impl Columns) -> Result<Proposal> {
         cancel_reason: row.opt_text("cancel_reason")?,
         id,
     })
-}
-
-/// One proposal of one tenant, with its decision once it has one.
-pub async fn fetch(
-    conn: &mut SqliteConnection,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<Proposal>> {
-    let row = sqlx::query("SELECT * FROM proposals WHERE tenant = ? AND id = ?")
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let mut proposal = from_row(&row)?;
-    if proposal.state.is_terminal() {
-        proposal.decision = review::decision_of(conn, id).await?;
-    }
-    Ok(Some(proposal))
 }
 
 /// What one submission's insert answers.
@@ -91,7 +71,7 @@ fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
 
 /// Inserts `group` (each with its id); the ids inserted.
 fn insert_rows(
-    conn: &rusqlite::Connection,
+    conn: &Connection,
     group: &[NewProposal],
     ids: &[String],
     now: Millis,
@@ -108,9 +88,10 @@ fn insert_rows(
         .collect()
 }
 
-/// One proposal as it is now, with its decision once it has one, read on the
-/// writer's own handle.
-fn fetch_here(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+/// One proposal of one tenant as it is now, with its decision once it has
+/// one (in the caller's transaction: one snapshot).
+#[tracing::instrument(name = "store.sqlite.get_proposal", skip(conn))]
+pub fn get(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
         .query_row([tenant, id], |row| Ok(from_row(row)))
@@ -129,9 +110,13 @@ fn fetch_here(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<Opt
     Ok(Some(proposal))
 }
 
+/// The proposal that holds an idempotency key: its id and spec digest.
+const EARLIER: &str =
+    "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?";
+
 /// The answer to a submission `id` that [`insert_rows`] did or did not insert.
 fn answer(
-    conn: &rusqlite::Connection,
+    conn: &Connection,
     new: NewProposal,
     id: String,
     now: Millis,
@@ -147,12 +132,10 @@ fn answer(
     // The idempotency key was taken: the same spec is the same proposal.
     let key = new.spec.idempotency_key.clone();
     let (earlier_id, earlier_digest): (String, String) = conn
-        .prepare_cached(
-            "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
-        )?
+        .prepare_cached(EARLIER)?
         .query_row([&new.tenant, &key], |row| Ok((row.get(0)?, row.get(1)?)))?;
     crate::types::same_spec_as_earlier(&key, &earlier_id, &earlier_digest, &new.spec.digest())?;
-    let proposal = fetch_here(conn, &new.tenant, &earlier_id)?
+    let proposal = get(conn, &new.tenant, &earlier_id)?
         .ok_or_else(|| StoreError::Corrupt(format!("proposal {earlier_id} vanished")))?;
     Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
@@ -161,7 +144,7 @@ fn answer(
 /// statement fail, it changed nothing (SQLite backs out a failed statement,
 /// not its transaction) and each submission is inserted on its own, so a bad
 /// one fails only itself.
-pub fn insert_group(conn: &rusqlite::Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
+pub fn insert_group(conn: &Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
     let now = now_ms();
     let ids: Vec<String> = group
         .iter()
@@ -183,7 +166,7 @@ pub fn insert_group(conn: &rusqlite::Connection, group: Vec<NewProposal>) -> Vec
     out
 }
 
-fn insert_one(conn: &rusqlite::Connection, new: NewProposal, id: String, now: Millis) -> Inserted {
+fn insert_one(conn: &Connection, new: NewProposal, id: String, now: Millis) -> Inserted {
     let inserted = insert_rows(
         conn,
         std::slice::from_ref(&new),
@@ -193,31 +176,23 @@ fn insert_one(conn: &rusqlite::Connection, new: NewProposal, id: String, now: Mi
     answer(conn, new, id, now, &inserted)
 }
 
-#[tracing::instrument(name = "store.sqlite.get_proposal", skip(pool))]
-pub async fn get(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-    let mut conn = pool.acquire().await?;
-    fetch(&mut conn, tenant, id).await
-}
-
 /// The earlier proposal holding `spec`'s idempotency key (see
-/// `Store::find_idempotent`).
-#[tracing::instrument(name = "store.sqlite.find_idempotent", skip(pool, spec))]
-pub async fn find_idempotent(
-    pool: &SqlitePool,
+/// `Store::find_idempotent`), in the caller's transaction.
+#[tracing::instrument(name = "store.sqlite.find_idempotent", skip(conn, spec))]
+pub fn find_idempotent(
+    conn: &Connection,
     tenant: &str,
     spec: &ProposalSpec,
 ) -> Result<Option<Proposal>> {
     if spec.idempotency_key.is_empty() {
         return Ok(None);
     }
-    let mut conn = pool.acquire().await?;
-    let earlier: Option<(String, String)> = sqlx::query_as(
-        "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?",
-    )
-    .bind(tenant)
-    .bind(&spec.idempotency_key)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let earlier: Option<(String, String)> = conn
+        .prepare_cached(EARLIER)?
+        .query_row([tenant, spec.idempotency_key.as_str()], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
     let Some((earlier_id, earlier_digest)) = earlier else {
         return Ok(None);
     };
@@ -227,43 +202,38 @@ pub async fn find_idempotent(
         &earlier_digest,
         &spec.digest(),
     )?;
-    fetch(&mut conn, tenant, &earlier_id).await
+    get(conn, tenant, &earlier_id)
 }
 
-#[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(pool, reason))]
-pub async fn cancel(
-    pool: &SqlitePool,
+#[tracing::instrument(name = "store.sqlite.cancel_proposal", skip(conn, reason))]
+pub fn cancel(
+    conn: &Connection,
     tenant: &str,
     id: &str,
     reason: &str,
     key: Option<&str>,
 ) -> Result<(Proposal, StoreEvent)> {
-    let row = sqlx::query(
-        "UPDATE proposals SET state = 'cancelled', cancel_reason = ?, updated_at = ?
-         WHERE tenant = ? AND id = ? AND state IN ('pending', 'reviewing')
-           AND (?5 IS NULL OR submitted_key = ?5)
-         RETURNING *",
-    )
-    .bind(reason)
-    .bind(now_ms())
-    .bind(tenant)
-    .bind(id)
-    .bind(key)
-    .fetch_optional(pool)
-    .await?;
-    if let Some(row) = row {
-        let proposal = from_row(&row)?;
+    let cancelled = conn
+        .prepare_cached(
+            "UPDATE proposals SET state = 'cancelled', cancel_reason = ?1, updated_at = ?2
+             WHERE tenant = ?3 AND id = ?4 AND state IN ('pending', 'reviewing')
+               AND (?5 IS NULL OR submitted_key = ?5)
+             RETURNING *",
+        )?
+        .query_row(params![reason, now_ms(), tenant, id, key], |row| {
+            Ok(from_row(row))
+        })
+        .optional()?;
+    if let Some(proposal) = cancelled {
         return Ok((
-            proposal,
+            proposal?,
             events::signal(tenant, id, ProposalState::Cancelled),
         ));
     }
-    let current: Option<(String, Option<String>)> =
-        sqlx::query_as("SELECT state, submitted_key FROM proposals WHERE tenant = ? AND id = ?")
-            .bind(tenant)
-            .bind(id)
-            .fetch_optional(pool)
-            .await?;
+    let current: Option<(String, Option<String>)> = conn
+        .prepare_cached("SELECT state, submitted_key FROM proposals WHERE tenant = ? AND id = ?")?
+        .query_row([tenant, id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
     let Some((state, submitted_key)) = current else {
         return Err(StoreError::NotFound(format!("proposal `{id}`")));
     };

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use countersign_domain::{Sop, Target, TargetStatus};
-use sqlx::{SqliteConnection, SqlitePool};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::{Result, SopInput, StoreError, now_ms};
 
@@ -29,114 +29,102 @@ WHERE tenant = ?1 AND id = ?2 AND NOT retired
 RETURNING *";
 
 /// Keeps `sop` in the version history, in the transaction that made it.
-async fn keep_version(conn: &mut SqliteConnection, tenant: &str, sop: &Sop) -> Result<()> {
-    sqlx::query(
+fn keep_version(conn: &Connection, tenant: &str, sop: &Sop) -> Result<()> {
+    conn.prepare_cached(
         "INSERT INTO sop_versions (tenant, id, version, action, title, covers, rollback_path,
              max_blast_radius, selector_json, retired, updated_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(tenant)
-    .bind(&sop.id)
-    .bind(i64::from(sop.version))
-    .bind(&sop.action)
-    .bind(&sop.title)
-    .bind(&sop.covers)
-    .bind(&sop.rollback_path)
-    .bind(sop.max_blast_radius.as_str())
-    .bind(serde_json::to_string(&sop.selector).expect("labels serialize"))
-    .bind(sop.retired)
-    .bind(sop.updated_at)
-    .execute(&mut *conn)
-    .await?;
+    )?
+    .execute(params![
+        tenant,
+        sop.id,
+        i64::from(sop.version),
+        sop.action,
+        sop.title,
+        sop.covers,
+        sop.rollback_path,
+        sop.max_blast_radius.as_str(),
+        serde_json::to_string(&sop.selector).expect("labels serialize"),
+        sop.retired,
+        sop.updated_at
+    ])?;
     Ok(())
 }
 
-#[tracing::instrument(name = "store.sqlite.put_sop", skip(pool, input), fields(sop = %input.id))]
-pub async fn put_sop(pool: &SqlitePool, tenant: &str, input: SopInput) -> Result<Sop> {
-    let mut tx = pool.begin().await?;
-    let row = sqlx::query(PUT_SOP)
-        .bind(tenant)
-        .bind(&input.id)
-        .bind(&input.action)
-        .bind(&input.title)
-        .bind(&input.covers)
-        .bind(&input.rollback_path)
-        .bind(input.max_blast_radius.as_str())
-        .bind(serde_json::to_string(&input.selector).expect("labels serialize"))
-        .bind(now_ms())
-        .fetch_one(&mut *tx)
-        .await?;
-    let sop = sop_from_row(&row)?;
-    keep_version(&mut tx, tenant, &sop).await?;
-    tx.commit().await?;
+#[tracing::instrument(name = "store.sqlite.put_sop", skip(conn, input), fields(sop = %input.id))]
+pub fn put_sop(conn: &mut Connection, tenant: &str, input: SopInput) -> Result<Sop> {
+    let tx = conn.transaction()?;
+    let sop = tx.prepare_cached(PUT_SOP)?.query_row(
+        params![
+            tenant,
+            input.id,
+            input.action,
+            input.title,
+            input.covers,
+            input.rollback_path,
+            input.max_blast_radius.as_str(),
+            serde_json::to_string(&input.selector).expect("labels serialize"),
+            now_ms()
+        ],
+        |row| Ok(sop_from_row(row)),
+    )??;
+    keep_version(&tx, tenant, &sop)?;
+    tx.commit()?;
     Ok(sop)
 }
 
-#[tracing::instrument(name = "store.sqlite.retire_sop", skip(pool))]
-pub async fn retire_sop(pool: &SqlitePool, tenant: &str, id: &str) -> Result<Sop> {
-    let mut tx = pool.begin().await?;
-    let retired = sqlx::query(RETIRE_SOP)
-        .bind(tenant)
-        .bind(id)
-        .bind(now_ms())
-        .fetch_optional(&mut *tx)
-        .await?;
+#[tracing::instrument(name = "store.sqlite.retire_sop", skip(conn))]
+pub fn retire_sop(conn: &mut Connection, tenant: &str, id: &str) -> Result<Sop> {
+    let tx = conn.transaction()?;
+    let retired = tx
+        .prepare_cached(RETIRE_SOP)?
+        .query_row(params![tenant, id, now_ms()], |row| Ok(sop_from_row(row)))
+        .optional()?;
     let sop = match retired {
-        Some(row) => {
-            let sop = sop_from_row(&row)?;
-            keep_version(&mut tx, tenant, &sop).await?;
+        Some(sop) => {
+            let sop = sop?;
+            keep_version(&tx, tenant, &sop)?;
             sop
         }
         // Already retired (it stays as it is), or no such SOP.
-        None => get_sop(&mut *tx, tenant, id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?,
+        None => {
+            get_sop(&tx, tenant, id)?.ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?
+        }
     };
-    tx.commit().await?;
+    tx.commit()?;
     Ok(sop)
 }
 
-pub async fn get_sop<'e>(
-    db: impl sqlx::SqliteExecutor<'e>,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<Sop>> {
-    sqlx::query("SELECT * FROM sops WHERE tenant = ? AND id = ?")
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(db)
-        .await?
-        .as_ref()
-        .map(sop_from_row)
+pub fn get_sop(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Sop>> {
+    conn.prepare_cached("SELECT * FROM sops WHERE tenant = ? AND id = ?")?
+        .query_row([tenant, id], |row| Ok(sop_from_row(row)))
+        .optional()?
         .transpose()
 }
 
 /// A page in id order. Ids are never empty, so `''` is before the first.
-pub async fn list_sops(
-    pool: &SqlitePool,
+pub fn list_sops(
+    conn: &Connection,
     tenant: &str,
     include_retired: bool,
     after: Option<&str>,
     limit: u32,
 ) -> Result<Vec<Sop>> {
-    sqlx::query(
+    conn.prepare_cached(
         "SELECT * FROM sops WHERE tenant = ? AND (? OR NOT retired) AND id > ?
          ORDER BY id LIMIT ?",
-    )
-    .bind(tenant)
-    .bind(include_retired)
-    .bind(after.unwrap_or(""))
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?
-    .iter()
-    .map(sop_from_row)
+    )?
+    .query_map(
+        params![tenant, include_retired, after.unwrap_or(""), limit],
+        |row| Ok(sop_from_row(row)),
+    )?
+    .map(|row| row?)
     .collect()
 }
 
-#[tracing::instrument(name = "store.sqlite.put_target", skip(pool, labels))]
-pub async fn put_target(
-    pool: &SqlitePool,
+#[tracing::instrument(name = "store.sqlite.put_target", skip(conn, labels))]
+pub fn put_target(
+    conn: &Connection,
     tenant: &str,
     id: &str,
     status: TargetStatus,
@@ -148,50 +136,39 @@ pub async fn put_target(
         labels,
         updated_at: now_ms(),
     };
-    sqlx::query(
+    conn.prepare_cached(
         "INSERT OR REPLACE INTO targets (tenant, id, status, labels_json, cluster, updated_at)
          VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(tenant)
-    .bind(id)
-    .bind(status.as_str())
-    .bind(serde_json::to_string(&target.labels).expect("labels serialize"))
-    .bind(target.cluster())
-    .bind(target.updated_at)
-    .execute(pool)
-    .await?;
+    )?
+    .execute(params![
+        tenant,
+        id,
+        status.as_str(),
+        serde_json::to_string(&target.labels).expect("labels serialize"),
+        target.cluster(),
+        target.updated_at
+    ])?;
     Ok(target)
 }
 
-pub async fn get_target<'e>(
-    db: impl sqlx::SqliteExecutor<'e>,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<Target>> {
-    sqlx::query("SELECT * FROM targets WHERE tenant = ? AND id = ?")
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(db)
-        .await?
-        .as_ref()
-        .map(target_from_row)
+pub fn get_target(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Target>> {
+    conn.prepare_cached("SELECT * FROM targets WHERE tenant = ? AND id = ?")?
+        .query_row([tenant, id], |row| Ok(target_from_row(row)))
+        .optional()?
         .transpose()
 }
 
 /// A page in id order. Ids are never empty, so `''` is before the first.
-pub async fn list_targets(
-    pool: &SqlitePool,
+pub fn list_targets(
+    conn: &Connection,
     tenant: &str,
     after: Option<&str>,
     limit: u32,
 ) -> Result<Vec<Target>> {
-    sqlx::query("SELECT * FROM targets WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?")
-        .bind(tenant)
-        .bind(after.unwrap_or(""))
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(target_from_row)
+    conn.prepare_cached("SELECT * FROM targets WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?")?
+        .query_map(params![tenant, after.unwrap_or(""), limit], |row| {
+            Ok(target_from_row(row))
+        })?
+        .map(|row| row?)
         .collect()
 }

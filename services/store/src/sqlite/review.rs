@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
 };
-use rusqlite::OptionalExtension;
-use sqlx::{SqliteConnection, SqlitePool};
+use rusqlite::{Connection, OptionalExtension};
 
 use super::{events, proposals};
 use crate::recording::{self, Found};
@@ -17,24 +16,9 @@ use crate::{
     now_ms,
 };
 
-pub async fn decision_of(conn: &mut SqliteConnection, id: &str) -> Result<Option<Decision>> {
-    sqlx::query("SELECT * FROM decisions WHERE proposal_id = ?")
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .as_ref()
-        .map(crate::rows::decision_from_row)
-        .transpose()
-}
-
 /// A proposal of the batch that was not PENDING: redelivered while REVIEWING
 /// (it keeps its first start time), or already terminal.
-fn resume_in(
-    conn: &rusqlite::Connection,
-    tenant: &str,
-    id: &str,
-    now: Millis,
-) -> Result<BeginReview> {
+fn resume_in(conn: &Connection, tenant: &str, id: &str, now: Millis) -> Result<BeginReview> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
         .query_row([tenant, id], |row| {
@@ -75,7 +59,7 @@ RETURNING *";
 /// is then read as it is (a redelivered review resumes, a terminal one ends).
 #[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub fn begin_many(
-    conn: &mut rusqlite::Connection,
+    conn: &mut Connection,
     items: &[ReviewKey],
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
     let now = now_ms();
@@ -200,7 +184,7 @@ fn json_array<S: AsRef<str>>(items: &[S]) -> String {
 /// batch (~1.3 ms of hand-offs); here, 10,000 × 32 decided 7–21% faster.
 #[tracing::instrument(name = "store.sqlite.review_facts", skip_all, fields(n = proposals.len()))]
 pub fn facts_here(
-    conn: &mut rusqlite::Connection,
+    conn: &mut Connection,
     proposals: &[Proposal],
 ) -> Result<Vec<Result<ReviewFacts>>> {
     let tx = conn.transaction()?;
@@ -317,7 +301,7 @@ LEFT JOIN targets AS t ON t.tenant = p.tenant AND t.id = p.target";
 /// whose SOP or target moved are stale.
 #[tracing::instrument(name = "store.sqlite.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
 pub fn record_many(
-    conn: &mut rusqlite::Connection,
+    conn: &mut Connection,
     items: Vec<(ReviewKey, Decision)>,
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
     let tx = conn.transaction()?;
@@ -436,27 +420,24 @@ pub fn record_many(
     Ok((outcomes, events))
 }
 
-pub async fn overdue(
-    pool: &SqlitePool,
+pub fn overdue(
+    conn: &Connection,
     started_before: Millis,
     limit: u32,
 ) -> Result<Vec<OverdueReview>> {
-    let rows: Vec<(String, String, Millis)> = sqlx::query_as(
+    conn.prepare_cached(
         "SELECT tenant, id, review_started_at FROM proposals
          WHERE state = 'reviewing' AND review_started_at < ? ORDER BY review_started_at LIMIT ?",
-    )
-    .bind(started_before)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(tenant, proposal_id, started_at)| OverdueReview {
-            tenant,
-            proposal_id,
-            started_at,
+    )?
+    .query_map(rusqlite::params![started_before, limit], |row| {
+        Ok(OverdueReview {
+            tenant: row.get(0)?,
+            proposal_id: row.get(1)?,
+            started_at: row.get(2)?,
         })
-        .collect())
+    })?
+    .collect::<rusqlite::Result<_>>()
+    .map_err(Into::into)
 }
 
 #[cfg(test)]
@@ -472,17 +453,7 @@ mod tests {
         store
     }
 
-    /// The steps of `query`'s plan on a freshly migrated database.
-    async fn plan_of(query: &str) -> Vec<String> {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir).await;
-        let plan: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {query}"))
-                .fetch_all(&store.writer_pool())
-                .await
-                .unwrap();
-        plan.into_iter().map(|(_, _, _, step)| step).collect()
-    }
+    use crate::sqlite::tests::plan_of;
 
     /// Beginning a batch looks its proposals up by primary key, whatever the
     /// number of pending proposals.
@@ -597,12 +568,17 @@ mod tests {
             ),
             "{outcomes:?}"
         );
-        let logged: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT proposal_id, outcome, state_found FROM discarded_results WHERE tenant = 'a'",
-        )
-        .fetch_all(&store.writer_pool())
-        .await
-        .unwrap();
+        let logged: Vec<(String, String, String)> = store
+            .on_writer(|conn| {
+                conn.prepare(
+                    "SELECT proposal_id, outcome, state_found FROM discarded_results
+                     WHERE tenant = 'a'",
+                )?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .await
+            .unwrap();
         assert_eq!(logged, [(p.id, "reject".into(), "rejected".into())]);
     }
 }

@@ -1,7 +1,7 @@
 //! Suppressed retries and operator breakers.
 
 use countersign_domain::Millis;
-use sqlx::SqlitePool;
+use rusqlite::{Connection, params};
 
 use crate::{
     BreakerReset, RecentRejection, Result, ReviewKey, StoreError,
@@ -11,7 +11,7 @@ use crate::{
 };
 
 #[tracing::instrument(name = "store.sqlite.record_suppressed", skip_all, fields(proposals = counts.len()))]
-pub async fn record(writer: &SqlitePool, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
+pub fn record(conn: &mut Connection, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
     if counts.is_empty() {
         return Ok(());
     }
@@ -21,27 +21,22 @@ pub async fn record(writer: &SqlitePool, counts: Vec<(ReviewKey, u64)>) -> Resul
         .collect();
     let batch = serde_json::Value::Array(batch).to_string();
     let now = now_ms();
-    let mut tx = writer.begin().await?;
-    sqlx::query(
+    let tx = conn.transaction()?;
+    tx.prepare_cached(
         "UPDATE proposals SET suppressed_retries = suppressed_retries + batch.n
          FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id,
                       json_extract(value, '$[2]') AS n FROM json_each(?1)) AS batch
          WHERE proposals.tenant = batch.tenant AND proposals.id = batch.id",
-    )
-    .bind(&batch)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(
+    )?
+    .execute([&batch])?;
+    tx.prepare_cached(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
          SELECT p.tenant, p.id, 'SUPPRESSED', p.state, ?2
          FROM json_each(?1) AS j JOIN proposals AS p
            ON p.tenant = json_extract(j.value, '$[0]') AND p.id = json_extract(j.value, '$[1]')",
-    )
-    .bind(&batch)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    )?
+    .execute(params![batch, now])?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -66,7 +61,7 @@ WHERE tenant = ?1 AND operator IN (SELECT value FROM json_each(?2)) AND state = 
 /// that records them, after their state changes. Per tenant, one statement
 /// reads the rule and the operators' resets and, where the breaker is on, one
 /// more their rejections of the window.
-pub fn log_trips(conn: &rusqlite::Connection, writes: &[Write<'_>], now: Millis) -> Result<()> {
+pub fn log_trips(conn: &Connection, writes: &[Write<'_>], now: Millis) -> Result<()> {
     let rejected: Vec<&Write<'_>> = writes.iter().filter(|w| w.rejects()).collect();
     // Indices into `rejected` of the rejections that trip.
     let mut tripped = Vec::new();
@@ -125,82 +120,64 @@ pub fn log_trips(conn: &rusqlite::Connection, writes: &[Write<'_>], now: Millis)
     Ok(())
 }
 
-pub async fn reset(writer: &SqlitePool, tenant: &str, operator: &str) -> Result<()> {
-    let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM tenants WHERE name = ?")
-        .bind(tenant)
-        .fetch_optional(writer)
-        .await?;
-    if exists.is_none() {
+pub fn reset(conn: &Connection, tenant: &str, operator: &str) -> Result<()> {
+    let exists = conn
+        .prepare_cached("SELECT 1 FROM tenants WHERE name = ?")?
+        .exists([tenant])?;
+    if !exists {
         return Err(StoreError::NotFound(format!("tenant `{tenant}`")));
     }
-    sqlx::query(
+    conn.prepare_cached(
         "INSERT INTO breaker_resets (tenant, operator, reset_at) VALUES (?, ?, ?)
          ON CONFLICT (tenant, operator) DO UPDATE SET reset_at = excluded.reset_at",
-    )
-    .bind(tenant)
-    .bind(operator)
-    .bind(now_ms())
-    .execute(writer)
-    .await?;
+    )?
+    .execute(params![tenant, operator, now_ms()])?;
     Ok(())
 }
 
-pub async fn resets(reader: &SqlitePool, since: Millis) -> Result<Vec<BreakerReset>> {
-    let rows: Vec<(String, String, Millis)> = sqlx::query_as(
+pub fn resets(conn: &Connection, since: Millis) -> Result<Vec<BreakerReset>> {
+    conn.prepare_cached(
         "SELECT tenant, operator, reset_at FROM breaker_resets
          WHERE reset_at >= ? ORDER BY reset_at",
-    )
-    .bind(since)
-    .fetch_all(reader)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(tenant, operator, reset_at)| BreakerReset {
-            tenant,
-            operator,
-            reset_at,
+    )?
+    .query_map([since], |row| {
+        Ok(BreakerReset {
+            tenant: row.get(0)?,
+            operator: row.get(1)?,
+            reset_at: row.get(2)?,
         })
-        .collect())
+    })?
+    .collect::<rusqlite::Result<_>>()
+    .map_err(Into::into)
 }
 
-pub async fn rejections(reader: &SqlitePool, since: Millis) -> Result<Vec<RecentRejection>> {
-    let rows: Vec<(String, String, Millis)> = sqlx::query_as(
+pub fn rejections(conn: &Connection, since: Millis) -> Result<Vec<RecentRejection>> {
+    conn.prepare_cached(
         "SELECT tenant, operator, decided_at FROM proposals
          WHERE state = 'rejected' AND decided_at >= ? ORDER BY decided_at",
-    )
-    .bind(since)
-    .fetch_all(reader)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(tenant, operator, decided_at)| RecentRejection {
-            tenant,
-            operator,
-            decided_at,
+    )?
+    .query_map([since], |row| {
+        Ok(RecentRejection {
+            tenant: row.get(0)?,
+            operator: row.get(1)?,
+            decided_at: row.get(2)?,
         })
-        .collect())
+    })?
+    .collect::<rusqlite::Result<_>>()
+    .map_err(Into::into)
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{SqliteStore, Store};
+    use crate::sqlite::tests::plan_of;
 
     /// The tenant and each operator's reset are read by key, an operator's
     /// rejections as one range of the partial index.
     #[tokio::test]
     async fn the_breakers_are_read_by_key_and_index_range() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let store = SqliteStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
         let mut searches = Vec::new();
         for query in [super::BREAKERS, super::REJECTIONS] {
-            let plan: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {query}"))
-                    .fetch_all(&store.writer_pool())
-                    .await
-                    .unwrap();
-            for (_, _, _, step) in plan {
+            for step in plan_of(query).await {
                 assert!(
                     !(step.starts_with("SCAN") && step.contains("proposals")),
                     "{step}"

@@ -1,5 +1,5 @@
 use countersign_domain::Role;
-use sqlx::{Row, SqliteConnection, SqlitePool, sqlite::SqliteRow};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::keys;
 use crate::{
@@ -8,70 +8,65 @@ use crate::{
 
 pub const DEFAULT_TENANT: &str = "default";
 
-fn from_row(row: &SqliteRow) -> Result<Tenant> {
+fn from_row(row: &Row<'_>) -> Result<Tenant> {
     Ok(Tenant {
-        name: row.try_get("name")?,
-        created_at: row.try_get("created_at")?,
+        name: row.get("name")?,
+        created_at: row.get("created_at")?,
         policy: TenantPolicy {
-            parallel_window_ms: row.try_get("parallel_window_ms")?,
-            allow_force_approve_no_sop: row.try_get("allow_force_approve_no_sop")?,
-            breaker_threshold: row.try_get::<i64, _>("breaker_threshold")?.max(0) as u32,
-            breaker_window_ms: row.try_get("breaker_window_ms")?,
+            parallel_window_ms: row.get("parallel_window_ms")?,
+            allow_force_approve_no_sop: row.get("allow_force_approve_no_sop")?,
+            breaker_threshold: row.get::<_, i64>("breaker_threshold")?.max(0) as u32,
+            breaker_window_ms: row.get("breaker_window_ms")?,
         },
     })
 }
 
-async fn insert(conn: &mut SqliteConnection, name: &str) -> Result<Tenant> {
+#[tracing::instrument(name = "store.sqlite.create_tenant", skip(conn))]
+pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
     validate_tenant_name(name)?;
     let defaults = TenantPolicy::default();
-    let row = sqlx::query(
+    conn.prepare_cached(
         "INSERT INTO tenants (name, created_at, parallel_window_ms, allow_force_approve_no_sop,
              breaker_threshold, breaker_window_ms)
          VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
          RETURNING *",
+    )?
+    .query_row(
+        params![
+            name,
+            now_ms(),
+            defaults.parallel_window_ms,
+            defaults.allow_force_approve_no_sop,
+            defaults.breaker_threshold,
+            defaults.breaker_window_ms
+        ],
+        |row| Ok(from_row(row)),
     )
-    .bind(name)
-    .bind(now_ms())
-    .bind(defaults.parallel_window_ms)
-    .bind(defaults.allow_force_approve_no_sop)
-    .bind(defaults.breaker_threshold)
-    .bind(defaults.breaker_window_ms)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match row {
-        Some(row) => from_row(&row),
-        None => Err(StoreError::AlreadyExists(format!(
+    .optional()?
+    .unwrap_or_else(|| {
+        Err(StoreError::AlreadyExists(format!(
             "tenant `{name}` already exists"
-        ))),
-    }
+        )))
+    })
 }
 
-#[tracing::instrument(name = "store.sqlite.create_tenant", skip(pool))]
-pub async fn create(pool: &SqlitePool, name: &str) -> Result<Tenant> {
-    let mut conn = pool.acquire().await?;
-    insert(&mut conn, name).await
-}
-
-pub async fn bootstrap(pool: &SqlitePool) -> Result<Option<BootstrapKey>> {
-    let mut tx = pool.begin().await?;
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tenants")
-        .fetch_one(&mut *tx)
-        .await?;
+pub fn bootstrap(conn: &mut Connection) -> Result<Option<BootstrapKey>> {
+    let tx = conn.transaction()?;
+    let count: i64 = tx.query_row("SELECT COUNT(*) FROM tenants", [], |r| r.get(0))?;
     if count > 0 {
         return Ok(None);
     }
-    insert(&mut tx, DEFAULT_TENANT).await?;
+    create(&tx, DEFAULT_TENANT)?;
     let (record, key) = keys::insert(
-        &mut tx,
+        &tx,
         NewApiKey {
             tenant: DEFAULT_TENANT.into(),
             name: "bootstrap-admin".into(),
             role: Role::Admin,
             agent: false,
         },
-    )
-    .await?;
-    tx.commit().await?;
+    )?;
+    tx.commit()?;
     Ok(Some(BootstrapKey {
         tenant: DEFAULT_TENANT.into(),
         key_id: record.id,
@@ -79,45 +74,41 @@ pub async fn bootstrap(pool: &SqlitePool) -> Result<Option<BootstrapKey>> {
     }))
 }
 
-pub async fn get<'e>(db: impl sqlx::SqliteExecutor<'e>, name: &str) -> Result<Option<Tenant>> {
-    sqlx::query("SELECT * FROM tenants WHERE name = ?")
-        .bind(name)
-        .fetch_optional(db)
-        .await?
-        .as_ref()
-        .map(from_row)
+pub fn get(conn: &Connection, name: &str) -> Result<Option<Tenant>> {
+    conn.prepare_cached("SELECT * FROM tenants WHERE name = ?")?
+        .query_row([name], |row| Ok(from_row(row)))
+        .optional()?
         .transpose()
 }
 
-pub async fn list(pool: &SqlitePool) -> Result<Vec<Tenant>> {
-    sqlx::query("SELECT * FROM tenants ORDER BY name")
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(from_row)
+pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
+    conn.prepare_cached("SELECT * FROM tenants ORDER BY name")?
+        .query_map([], |row| Ok(from_row(row)))?
+        .map(|row| row?)
         .collect()
 }
 
-pub async fn set_policy(pool: &SqlitePool, name: &str, policy: TenantPolicy) -> Result<Tenant> {
+pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result<Tenant> {
     if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
         return Err(StoreError::InvalidArgument(
             "windows must not be negative".into(),
         ));
     }
-    let row = sqlx::query(
+    conn.prepare_cached(
         "UPDATE tenants SET parallel_window_ms = ?, allow_force_approve_no_sop = ?,
              breaker_threshold = ?, breaker_window_ms = ?
          WHERE name = ? RETURNING *",
+    )?
+    .query_row(
+        params![
+            policy.parallel_window_ms,
+            policy.allow_force_approve_no_sop,
+            policy.breaker_threshold,
+            policy.breaker_window_ms,
+            name
+        ],
+        |row| Ok(from_row(row)),
     )
-    .bind(policy.parallel_window_ms)
-    .bind(policy.allow_force_approve_no_sop)
-    .bind(policy.breaker_threshold)
-    .bind(policy.breaker_window_ms)
-    .bind(name)
-    .fetch_optional(pool)
-    .await?;
-    match row {
-        Some(row) => from_row(&row),
-        None => Err(StoreError::NotFound(format!("tenant `{name}`"))),
-    }
+    .optional()?
+    .unwrap_or_else(|| Err(StoreError::NotFound(format!("tenant `{name}`"))))
 }

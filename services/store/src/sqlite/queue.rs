@@ -1,15 +1,16 @@
 //! The embedded queue: the `queue_entries` table of the SQLite database, which
-//! the store writes in the same transaction as the proposal. Its statements go
-//! through the store's single writer, on the writer's own thread.
+//! the store writes by trigger in the same transaction as the proposal. Its
+//! statements run on the store's single writer, on the writer's own thread.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use countersign_store::SqliteWriter;
+use countersign_queue::{Lease, Queue, QueueError, Result, TenantDepth};
 use rand::RngCore;
-use sqlx::SqlitePool;
+use rusqlite::{Connection, params};
 
-use crate::{Lease, Queue, QueueError, Result, TenantDepth, now_ms};
+use super::SqliteWriter;
+use crate::now_ms;
 
 #[derive(Debug, Clone)]
 pub struct EmbeddedQueue {
@@ -22,9 +23,17 @@ impl EmbeddedQueue {
         EmbeddedQueue { writer }
     }
 
-    /// The writer pool, for the statements that need not run on its thread.
-    fn pool(&self) -> &SqlitePool {
-        self.writer.pool()
+    /// Runs `job` on the writer's thread.
+    async fn run<T, F>(&self, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.writer
+            .run(job)
+            .await
+            .map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
+            .map_err(QueueError::backend)
     }
 }
 
@@ -37,15 +46,6 @@ fn token() -> String {
 /// The row id of a lease (a lease of another backend matches no row).
 fn row_id(lease: &Lease) -> i64 {
     lease.entry_id.parse().unwrap_or(-1)
-}
-
-fn stopped(error: countersign_store::sqlite::WriteThreadStopped) -> QueueError {
-    QueueError::Unavailable(error.to_string())
-}
-
-/// The writer could not be had (its pool timed out or closed).
-fn unavailable(error: countersign_store::StoreError) -> QueueError {
-    QueueError::Unavailable(error.to_string())
 }
 
 fn ms(d: Duration) -> i64 {
@@ -117,20 +117,15 @@ impl EmbeddedQueue {
         let (worker, lease_token) = (worker.to_owned(), token.clone());
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut rows: Vec<(i64, String, String, i64)> = self
-            .writer
             .run(move |conn| {
-                let conn = conn.map_err(unavailable)?;
-                let rows = conn
-                    .prepare_cached(sql)?
+                conn.prepare_cached(sql)?
                     .query_map(
-                        rusqlite::params![worker, lease_token, expires_at, now, limit],
+                        params![worker, lease_token, expires_at, now, limit],
                         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
                     )?
-                    .collect::<rusqlite::Result<_>>()?;
-                Ok::<_, QueueError>(rows)
+                    .collect()
             })
-            .await
-            .map_err(stopped)??;
+            .await?;
         rows.sort_by_key(|row| row.0);
         let leases = rows
             .into_iter()
@@ -151,15 +146,14 @@ impl EmbeddedQueue {
 impl Queue for EmbeddedQueue {
     async fn enqueue(&self, tenant: &str, proposal_id: &str) -> Result<()> {
         let now = now_ms();
-        sqlx::query(
-            "INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
-             VALUES (?, ?, ?, ?) ON CONFLICT (proposal_id) DO NOTHING",
-        )
-        .bind(tenant)
-        .bind(proposal_id)
-        .bind(now)
-        .bind(now)
-        .execute(self.pool())
+        let (tenant, proposal_id) = (tenant.to_owned(), proposal_id.to_owned());
+        self.run(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO queue_entries (tenant, proposal_id, enqueued_at, available_at)
+                 VALUES (?1, ?2, ?3, ?3) ON CONFLICT (proposal_id) DO NOTHING",
+            )?
+            .execute(params![tenant, proposal_id, now])
+        })
         .await?;
         Ok(())
     }
@@ -181,24 +175,20 @@ impl Queue for EmbeddedQueue {
     }
 
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE queue_entries SET lease_expires_at = ? WHERE id = ? AND lease_token = ?",
-        )
-        .bind(now_ms() + ms(by))
-        .bind(row_id(lease))
-        .bind(&lease.token)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let (id, token, until) = (row_id(lease), lease.token.clone(), now_ms() + ms(by));
+        let extended = self
+            .run(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE queue_entries SET lease_expires_at = ? WHERE id = ? AND lease_token = ?",
+                )?
+                .execute(params![until, id, token])
+            })
+            .await?;
+        Ok(extended == 1)
     }
 
     async fn ack(&self, lease: &Lease) -> Result<()> {
-        sqlx::query("DELETE FROM queue_entries WHERE id = ? AND lease_token = ?")
-            .bind(row_id(lease))
-            .bind(&lease.token)
-            .execute(self.pool())
-            .await?;
-        Ok(())
+        self.ack_many(std::slice::from_ref(lease)).await
     }
 
     async fn ack_many(&self, leases: &[Lease]) -> Result<()> {
@@ -217,80 +207,88 @@ impl Queue for EmbeddedQueue {
                 (token.to_owned(), format!("[{ids}]"))
             })
             .collect();
-        self.writer
-            .run(move |conn| {
-                let conn = conn.map_err(unavailable)?;
-                let mut delete = conn.prepare_cached(
-                    "DELETE FROM queue_entries
-                     WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
-                )?;
-                for (token, ids) in batches {
-                    delete.execute([token, ids])?;
-                }
-                Ok::<_, QueueError>(())
-            })
-            .await
-            .map_err(stopped)??;
-        Ok(())
+        self.run(move |conn| {
+            let mut delete = conn.prepare_cached(
+                "DELETE FROM queue_entries
+                 WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
+            )?;
+            for (token, ids) in batches {
+                delete.execute([token, ids])?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
-        sqlx::query(
-            "UPDATE queue_entries
-             SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, available_at = ?
-             WHERE id = ? AND lease_token = ?",
-        )
-        .bind(now_ms() + ms(delay))
-        .bind(row_id(lease))
-        .bind(&lease.token)
-        .execute(self.pool())
+        let (id, token, at) = (row_id(lease), lease.token.clone(), now_ms() + ms(delay));
+        self.run(move |conn| {
+            conn.prepare_cached(
+                "UPDATE queue_entries
+                 SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                     available_at = ?
+                 WHERE id = ? AND lease_token = ?",
+            )?
+            .execute(params![at, id, token])
+        })
         .await?;
         Ok(())
     }
 
     async fn reclaim_expired(&self) -> Result<u64> {
-        let done = sqlx::query(
-            "UPDATE queue_entries
-             SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-             WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?",
-        )
-        .bind(now_ms())
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected())
+        let now = now_ms();
+        let reclaimed = self
+            .run(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE queue_entries
+                     SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                     WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL
+                       AND lease_expires_at <= ?",
+                )?
+                .execute([now])
+            })
+            .await?;
+        Ok(reclaimed as u64)
     }
 
     async fn dead_letter(&self, lease: &Lease, reason: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE queue_entries
-             SET dead_at = ?, dead_reason = ?, lease_owner = NULL, lease_token = NULL,
-                 lease_expires_at = NULL
-             WHERE id = ? AND lease_token = ?",
-        )
-        .bind(now_ms())
-        .bind(reason)
-        .bind(row_id(lease))
-        .bind(&lease.token)
-        .execute(self.pool())
+        let (id, token, reason) = (row_id(lease), lease.token.clone(), reason.to_owned());
+        let now = now_ms();
+        self.run(move |conn| {
+            conn.prepare_cached(
+                "UPDATE queue_entries
+                 SET dead_at = ?, dead_reason = ?, lease_owner = NULL, lease_token = NULL,
+                     lease_expires_at = NULL
+                 WHERE id = ? AND lease_token = ?",
+            )?
+            .execute(params![now, reason, id, token])
+        })
         .await?;
         Ok(())
     }
 
     async fn depth(&self) -> Result<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM queue_entries WHERE dead_at IS NULL")
-            .fetch_one(self.pool())
+        let n: i64 = self
+            .run(|conn| {
+                conn.prepare_cached("SELECT COUNT(*) FROM queue_entries WHERE dead_at IS NULL")?
+                    .query_row([], |r| r.get(0))
+            })
             .await?;
         Ok(n.max(0) as u64)
     }
 
     async fn depth_by_tenant(&self) -> Result<Vec<TenantDepth>> {
         let now = now_ms();
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT tenant, COUNT(*), MIN(enqueued_at) FROM queue_entries
-             WHERE dead_at IS NULL GROUP BY tenant ORDER BY tenant",
-        )
-        .fetch_all(self.pool())
-        .await?;
+        let rows: Vec<(String, i64, i64)> = self
+            .run(|conn| {
+                conn.prepare_cached(
+                    "SELECT tenant, COUNT(*), MIN(enqueued_at) FROM queue_entries
+                     WHERE dead_at IS NULL GROUP BY tenant ORDER BY tenant",
+                )?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+            })
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(tenant, depth, oldest)| TenantDepth {
@@ -304,7 +302,7 @@ impl Queue for EmbeddedQueue {
 
 #[cfg(test)]
 mod tests {
-    use countersign_store::{SqliteStore, Store};
+    use crate::sqlite::tests::plan_of;
 
     /// The fetch's plan on the migrated schema: `queue_entries` is read only
     /// through its primary key or `queue_by_tenant` (the first tenant is the
@@ -312,16 +310,8 @@ mod tests {
     /// ranked whole, so a fetch costs the same behind a backlog of any size.
     #[tokio::test]
     async fn the_fetch_seeks_per_tenant_and_never_scans_the_backlog() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("q.db").display());
-        let store = SqliteStore::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
-        let plan: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {}", super::FETCH))
-                .fetch_all(&store.writer_pool())
-                .await
-                .unwrap();
-        let steps: Vec<&str> = plan.iter().map(|(_, _, _, s)| s.as_str()).collect();
+        let steps = plan_of(super::FETCH).await;
+        let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
         let reads: Vec<&&str> = steps
             .iter()
             .filter(|s| s.contains("queue_entries") || s.starts_with("SEARCH q "))
