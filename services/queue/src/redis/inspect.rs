@@ -80,10 +80,9 @@ impl RedisQueue {
     pub async fn forget_idle_consumers(&self) -> Result<u64> {
         let mut call = self.call(&SCRIPTS.forget_consumers);
         call.arg(super::ms(self.options.consumer_ttl));
-        Ok(call
-            .invoke_async(&mut self.conn())
+        call.invoke_async(&mut self.conn())
             .await
-            .map_err(QueueError::backend)?)
+            .map_err(QueueError::backend)
     }
 }
 

@@ -319,11 +319,10 @@ impl Queue for RedisQueue {
 
     #[tracing::instrument(name = "queue.redis.depth", skip(self))]
     async fn depth(&self) -> Result<u64> {
-        Ok(self
-            .call(&SCRIPTS.depth)
+        self.call(&SCRIPTS.depth)
             .invoke_async(&mut self.conn())
             .await
-            .map_err(QueueError::backend)?)
+            .map_err(QueueError::backend)
     }
 
     #[tracing::instrument(name = "queue.redis.depth_by_tenant", skip(self))]
