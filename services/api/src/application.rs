@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use countersign_domain::audit::SigningKey;
+use countersign_peers::Peers;
 use countersign_proto::{
     FILE_DESCRIPTOR_SET,
     v1::{
@@ -13,7 +14,6 @@ use countersign_proto::{
         target_service_server::TargetServiceServer,
     },
 };
-use countersign_queue::Peers;
 use countersign_store::DynStore;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

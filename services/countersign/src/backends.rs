@@ -3,13 +3,12 @@
 //! store's outbox (production). SQLite with a Redis URL is refused: its queue
 //! is the database itself, and there is no outbox to feed Redis from.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use anyhow::Context;
-use countersign_queue::{DynQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions};
-use countersign_reviewer::OutboxConfig;
+use countersign_peers::{Peers, RedisPeers};
+use countersign_queue::{DynQueue, OutboxConfig, RedisQueueOptions};
 use countersign_store::{DynStore, EmbeddedQueue, PostgresStore, SqliteStore, Store};
-use tokio_util::sync::CancellationToken;
 
 use crate::{config::Config, output::redact_url, settings::is_postgres};
 
@@ -129,36 +128,6 @@ async fn open_sqlite(config: &Config) -> anyhow::Result<SqliteStore> {
     sqlite.migrate().await.context("running migrations")?;
     tracing::info!(synchronous = ?synchronous, "embedded database");
     Ok(sqlite)
-}
-
-impl Production {
-    /// Connects to Redis, retrying every second until it answers or `stop`
-    /// is cancelled (Submit goes on meanwhile: the outbox keeps what it
-    /// accepts).
-    pub async fn connect_queue(&self, stop: &CancellationToken) -> Option<Arc<RedisQueue>> {
-        let mut warned = false;
-        loop {
-            match RedisQueue::connect(&self.redis_url, self.queue_options.clone()).await {
-                Ok(queue) => {
-                    tracing::info!(redis = %redact_url(&self.redis_url), "review queue ready");
-                    return Some(Arc::new(queue));
-                }
-                Err(error) => {
-                    if !warned {
-                        tracing::warn!(
-                            redis = %redact_url(&self.redis_url), %error,
-                            "Redis unreachable; retrying (submissions wait in the outbox)"
-                        );
-                        warned = true;
-                    }
-                }
-            }
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
 }
 
 #[cfg(test)]

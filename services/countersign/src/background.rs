@@ -12,8 +12,9 @@
 
 use std::sync::Arc;
 
-use countersign_queue::{PeerMessage, Peers, RedisPeers};
-use countersign_reviewer::{OutboxTasks, Publisher, ReviewerConfig, Reviewers, relay_enqueued};
+use countersign_peers::{PeerMessage, Peers, RedisPeers};
+use countersign_queue::{OutboxTasks, Publisher, RedisQueue, relay_enqueued};
+use countersign_reviewer::{ReviewerConfig, Reviewers, submissions};
 use countersign_store::DynStore;
 use tokio::{
     sync::broadcast::error::{RecvError, TryRecvError},
@@ -115,14 +116,19 @@ async fn run(
     stop: CancellationToken,
     intake: CancellationToken,
 ) {
-    let Some(queue) = production.connect_queue(&intake).await else {
+    let Some(queue) = RedisQueue::connect_retrying(
+        &production.redis_url,
+        production.queue_options.clone(),
+        &intake,
+    )
+    .await
+    .map(Arc::new) else {
         return;
     };
     let store: DynStore = production.store.clone();
     let announcer = tokio::spawn(announce_events(store.clone(), production.peers.clone()));
     let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
     let publisher = Publisher {
-        store: store.clone(),
         outbox: production.store.clone(),
         queue: queue.clone(),
         peers: Some(production.peers.clone()),
@@ -130,7 +136,7 @@ async fn run(
     };
     // Another process's enqueue wakes this one's idle workers.
     let relay = workers.then(|| relay_enqueued(queue.clone(), production.peers.clone()));
-    let outbox = OutboxTasks::start(publisher, workers, &stop);
+    let outbox = OutboxTasks::start(publisher, submissions(&store), workers, &stop);
     let reviewers = workers.then(|| {
         tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
         Reviewers::start(store, queue, config, &intake)

@@ -27,7 +27,7 @@ pub use decision::{Decision, DecisionOutcome, GateResult};
 pub use error::{ErrorKind, ServiceError};
 pub use event::{Event, EventHorizon, EventKind};
 pub use principal::Principal;
-pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec};
+pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec, ReviewKey};
 pub use reference::{Sop, Target, TargetStatus, TenantPolicy};
 pub use role::{Permission, Role};
 pub use state::ProposalState;

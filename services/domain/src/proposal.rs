@@ -77,6 +77,13 @@ pub struct Proposal {
     pub cancel_reason: Option<String>,
 }
 
+/// One proposal of one tenant, as the reviewer and the outbox name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewKey {
+    pub tenant: String,
+    pub id: String,
+}
+
 pub(crate) mod by_name {
     macro_rules! serde_by_name {
         ($module:ident, $ty:ty) => {

@@ -1,19 +1,24 @@
 //! The review queue: proposals wait here for a reviewer. At-least-once: a
 //! leased entry that is not acked before its lease runs out is handed out
 //! again; exactly-once *decisions* are the store's job. The trait and the
-//! Redis Streams backend live here; the embedded backend is the SQLite
-//! database's own table (`countersign_store::EmbeddedQueue`).
+//! Redis Streams backend live here, with what makes "accepted means queued"
+//! hold on Redis: the outbox's publisher and sweeper (`outbox.rs`), the
+//! connect loop (`redis/connect.rs`) and the cross-process enqueue wake-ups
+//! (`wake.rs`). The embedded backend is the SQLite database's own table
+//! (`countersign_store::EmbeddedQueue`), filled by trigger.
 
-pub mod peers;
+mod outbox;
 mod redis;
+mod wake;
 
 use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use countersign_domain::{ErrorKind, Millis, ServiceError};
 
-pub use peers::{PeerMessage, PeerSignal, Peers, SharedRejection};
-pub use redis::{Consumer, DeadLetter, RedisPeers, RedisQueue, RedisQueueOptions};
+pub use outbox::{Outbox, OutboxConfig, OutboxTasks, Publisher, Submissions, Sweeper};
+pub use redis::{Consumer, DeadLetter, RedisQueue, RedisQueueOptions};
+pub use wake::{announce_enqueued, relay_enqueued};
 
 /// How much one tenant has waiting: entries not yet acked or dead-lettered,
 /// and how long the oldest of them has been in the queue.
@@ -53,12 +58,6 @@ impl QueueError {
     /// A backend's error, kept as the source.
     pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         QueueError::Backend(Box::new(error))
-    }
-}
-
-impl From<::redis::RedisError> for QueueError {
-    fn from(error: ::redis::RedisError) -> Self {
-        QueueError::backend(error)
     }
 }
 

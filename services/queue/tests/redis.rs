@@ -14,6 +14,7 @@ use countersign_test_support::redis::{
 };
 use redis::AsyncCommands;
 use support::{LONG, enqueue, fetch};
+use tokio_util::sync::CancellationToken;
 
 /// The PEL record of an entry: (consumer, times delivered).
 async fn pending(queue: &RedisQueue, tenant: &str, id: &str) -> Option<(String, u32)> {
@@ -347,6 +348,42 @@ async fn a_redis_that_does_not_answer_is_unavailable() {
     .await
     .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Unavailable);
+}
+
+/// `serve` waits for Redis in the background; cancelling the wait ends it,
+/// though Redis never answered (here: a port nothing listens on).
+#[tokio::test]
+async fn the_wait_for_an_unreachable_redis_ends_when_its_token_is_cancelled() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let waiting = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            RedisQueue::connect_retrying(&format!("redis://{closed}"), isolated_options(), &stop)
+                .await
+        }
+    });
+    stop.cancel();
+    let queue = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the wait ends once cancelled")
+        .unwrap();
+    assert!(queue.is_none());
+}
+
+#[tokio::test]
+async fn the_wait_for_redis_ends_with_the_queue_once_redis_answers() {
+    let queue = RedisQueue::connect_retrying(
+        &countersign_test_support::redis::url(),
+        isolated_options(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("connected");
+    assert_eq!(queue.depth().await.unwrap(), 0);
 }
 
 #[tokio::test]

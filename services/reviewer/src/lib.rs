@@ -5,10 +5,8 @@
 
 mod config;
 mod janitor;
-mod outbox;
 mod sequencer;
 mod trace_context;
-mod wake;
 mod worker;
 
 use std::sync::Arc;
@@ -19,10 +17,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Evaluator, ReviewerConfig};
-pub use outbox::{OutboxConfig, OutboxTasks, Publisher, Sweeper};
 pub use sequencer::Sequencer;
-pub use wake::{announce_enqueued, relay_enqueued};
-pub use worker::Lane;
+pub use worker::{Lane, submissions};
 
 /// A running pool of workers and its janitor.
 pub struct Reviewers {

@@ -11,7 +11,7 @@ use countersign_domain::{
     gates::ReviewFacts,
     review::{self, ReviewStamp},
 };
-use countersign_queue::{DynQueue, Lease};
+use countersign_queue::{DynQueue, Lease, Submissions};
 use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome, ReviewKey};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -64,8 +64,20 @@ fn retry_all(
     out
 }
 
+/// This process's submissions, as the wake-ups of the outbox publisher: one
+/// item for each [`submission`].
+pub fn submissions(store: &DynStore) -> Submissions {
+    Box::pin(futures::stream::unfold(
+        store.subscribe(),
+        |mut events| async move {
+            submission(&mut events).await;
+            Some(((), events))
+        },
+    ))
+}
+
 /// Resolves when a proposal is submitted in this process (or events were lost).
-pub(crate) async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
+async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
     loop {
         match events.recv().await {
             Ok(event) if event.kind == EventKind::Submitted => return,

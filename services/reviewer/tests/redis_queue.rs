@@ -13,8 +13,9 @@ use countersign_domain::{
     ProposalState,
     gates::{self, ReviewFacts, Verdict},
 };
-use countersign_queue::{Queue, RedisPeers, RedisQueue};
-use countersign_reviewer::{ReviewerConfig, Reviewers, announce_enqueued, relay_enqueued};
+use countersign_peers::RedisPeers;
+use countersign_queue::{Queue, RedisQueue, announce_enqueued, relay_enqueued};
+use countersign_reviewer::{ReviewerConfig, Reviewers};
 use countersign_store::{DynStore, NewProposal};
 use countersign_test_support::{fixtures::spec_on, redis};
 use tokio_util::sync::CancellationToken;

@@ -5,7 +5,6 @@
 mod error;
 mod facts;
 mod group_commit;
-mod outbox;
 pub mod postgres;
 mod recording;
 mod rows;
@@ -21,15 +20,15 @@ use countersign_domain::{
     gates::ReviewFacts,
 };
 
-pub use countersign_domain::{Event, EventHorizon, EventKind, TenantPolicy, reference::SopInput};
+pub use countersign_domain::{
+    Event, EventHorizon, EventKind, ReviewKey, TenantPolicy, reference::SopInput,
+};
 pub use error::StoreError;
-pub use outbox::Outbox;
 pub use postgres::PostgresStore;
 pub use sqlite::{EmbeddedQueue, SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
-    RecentRejection, RecordOutcome, ReviewKey, StoreEvent, SubmitOutcome, Tenant,
-    validate_tenant_name,
+    RecentRejection, RecordOutcome, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -202,13 +202,6 @@ pub enum RecordOutcome {
     Stale(String),
 }
 
-/// One proposal of one tenant, as the reviewer names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReviewKey {
-    pub tenant: String,
-    pub id: String,
-}
-
 /// A proposal that has been REVIEWING for longer than its deadline.
 #[derive(Debug, Clone)]
 pub struct OverdueReview {

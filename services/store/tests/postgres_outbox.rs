@@ -2,7 +2,8 @@
 //! unpublished from its commit until marked; undecided proposals are listed
 //! across tenants for the sweeper.
 
-use countersign_store::{DynStore, NewProposal, Outbox, PostgresStore, ReviewKey};
+use countersign_queue::Outbox;
+use countersign_store::{DynStore, NewProposal, PostgresStore, ReviewKey};
 use countersign_test_support::{fixtures::spec_on, postgres::TestDatabase};
 
 async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {

@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Duration};
 
 use countersign_domain::EventKind;
-use countersign_queue::{PeerMessage, PeerSignal, Peers};
+use countersign_peers::{PeerMessage, PeerSignal, Peers};
 use countersign_store::{DynStore, StoreEvent};
 use tokio::{
     sync::broadcast::{

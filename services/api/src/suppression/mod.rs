@@ -22,7 +22,7 @@ use countersign_domain::{
     Event, EventKind, Millis, Proposal, ProposalSpec, TenantPolicy,
     suppression::{Breaker, fingerprint, suppresses_retries},
 };
-use countersign_queue::{PeerMessage, Peers};
+use countersign_peers::{PeerMessage, Peers};
 use countersign_store::{BreakerReset, RecentRejection, ReviewKey};
 
 pub use maintenance::spawn_maintenance;

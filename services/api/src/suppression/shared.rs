@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use countersign_domain::{Millis, Proposal, ProposalSpec};
-use countersign_queue::{PeerMessage, PeerSignal, Peers};
+use countersign_peers::{PeerMessage, PeerSignal, Peers};
 use serde::{Deserialize, Serialize};
 use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use countersign_domain::Millis;
 
 use super::{RedisQueue, scripts::SCRIPTS};
-use crate::Result;
+use crate::{QueueError, Result};
 
 /// An entry parked for good by [`crate::Queue::dead_letter`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,12 +37,13 @@ impl RedisQueue {
             .arg("COUNT")
             .arg(max)
             .query_async(&mut self.conn())
-            .await?;
+            .await
+            .map_err(QueueError::backend)?;
         let mut letters = Vec::with_capacity(entries.len());
         for entry in entries {
             // [id, [field, value, …]]
             let (_, fields): (String, HashMap<String, String>) =
-                redis::from_redis_value(entry).map_err(redis::RedisError::from)?;
+                redis::from_redis_value(entry).map_err(QueueError::backend)?;
             let field = |name: &str| fields.get(name).cloned().unwrap_or_default();
             letters.push(DeadLetter {
                 proposal_id: field("proposal"),
@@ -63,7 +64,8 @@ impl RedisQueue {
             .arg(-1)
             .arg("WITHSCORES")
             .query_async(&mut self.conn())
-            .await?;
+            .await
+            .map_err(QueueError::backend)?;
         Ok(seen
             .into_iter()
             .map(|(name, last_seen)| Consumer {
@@ -78,7 +80,9 @@ impl RedisQueue {
     pub async fn forget_idle_consumers(&self) -> Result<u64> {
         let mut call = self.call(&SCRIPTS.forget_consumers);
         call.arg(super::ms(self.options.consumer_ttl));
-        Ok(call.invoke_async(&mut self.conn()).await?)
+        call.invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)
     }
 }
 
@@ -101,7 +105,10 @@ impl RedisQueue {
                 .arg(format!("{}:ids:{tenant}", self.options.prefix))
                 .arg(*proposal);
         }
-        let present: Vec<bool> = pipe.query_async(&mut self.conn()).await?;
+        let present: Vec<bool> = pipe
+            .query_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(pairs
             .iter()
             .zip(present)

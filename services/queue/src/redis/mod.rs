@@ -21,8 +21,8 @@
 //! Scripts touch keys they compute from the prefix: one Redis (or a primary
 //! with replicas), not a cluster.
 
+mod connect;
 mod inspect;
-mod peers;
 mod scripts;
 mod token;
 
@@ -34,9 +34,8 @@ use redis::{
     aio::{ConnectionManager, ConnectionManagerConfig},
 };
 
-use crate::{Lease, Queue, Result, TenantDepth};
+use crate::{Lease, Queue, QueueError, Result, TenantDepth};
 pub use inspect::{Consumer, DeadLetter};
-pub use peers::RedisPeers;
 use scripts::SCRIPTS;
 
 #[derive(Debug, Clone)]
@@ -93,18 +92,23 @@ fn ms(d: Duration) -> u64 {
 impl RedisQueue {
     /// Connects to `url` (`redis://host:port/db`); fails if Redis does not answer.
     pub async fn connect(url: &str, options: RedisQueueOptions) -> Result<Self> {
-        let client = Client::open(url)?;
+        let client = Client::open(url).map_err(QueueError::backend)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.response_timeout))
             .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(QueueError::backend)?;
         let queue = RedisQueue {
             conn,
             options,
             enqueued: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
         };
-        let _: String = redis::cmd("PING").query_async(&mut queue.conn()).await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut queue.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(queue)
     }
 
@@ -136,7 +140,10 @@ impl RedisQueue {
         for (tenant, proposal_id) in keys {
             call.arg(*tenant).arg(*proposal_id);
         }
-        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        let _: i64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(())
     }
 
@@ -175,8 +182,10 @@ impl RedisQueue {
             .arg(max)
             .arg(ms(lease))
             .arg(if idle_only { "1" } else { "0" });
-        let (expires_at, entries): (i64, Vec<(String, String, String, u32)>) =
-            call.invoke_async(&mut self.conn()).await?;
+        let (expires_at, entries): (i64, Vec<(String, String, String, u32)>) = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(entries
             .into_iter()
             .map(|(tenant, entry_id, proposal_id, delivered)| Lease {
@@ -237,7 +246,10 @@ impl Queue for RedisQueue {
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool> {
         let mut call = self.call_for(&SCRIPTS.extend, lease);
         call.arg(ms(by));
-        let held: i64 = call.invoke_async(&mut self.conn()).await?;
+        let held: i64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(held == 1)
     }
 
@@ -260,7 +272,10 @@ impl Queue for RedisQueue {
                 .arg(delivered)
                 .arg(&lease.proposal_id);
         }
-        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        let _: i64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(())
     }
 
@@ -268,7 +283,10 @@ impl Queue for RedisQueue {
     async fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
         let mut call = self.call_for(&SCRIPTS.release, lease);
         call.arg(ms(delay));
-        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        let _: i64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(())
     }
 
@@ -277,7 +295,10 @@ impl Queue for RedisQueue {
         let mut call = self.call(&SCRIPTS.reclaim);
         call.arg(self.options.reclaim_batch)
             .arg(ms(self.options.orphan_after));
-        let reclaimed: u64 = call.invoke_async(&mut self.conn()).await?;
+        let reclaimed: u64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         let forgotten = self.forget_idle_consumers().await?;
         if forgotten > 0 {
             tracing::info!(forgotten, "idle consumers deleted from the group");
@@ -289,16 +310,19 @@ impl Queue for RedisQueue {
     async fn dead_letter(&self, lease: &Lease, reason: &str) -> Result<()> {
         let mut call = self.call_for(&SCRIPTS.dead_letter, lease);
         call.arg(&lease.proposal_id).arg(reason);
-        let _: i64 = call.invoke_async(&mut self.conn()).await?;
+        let _: i64 = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(QueueError::backend)?;
         Ok(())
     }
 
     #[tracing::instrument(name = "queue.redis.depth", skip(self))]
     async fn depth(&self) -> Result<u64> {
-        Ok(self
-            .call(&SCRIPTS.depth)
+        self.call(&SCRIPTS.depth)
             .invoke_async(&mut self.conn())
-            .await?)
+            .await
+            .map_err(QueueError::backend)
     }
 
     #[tracing::instrument(name = "queue.redis.depth_by_tenant", skip(self))]
@@ -306,7 +330,8 @@ impl Queue for RedisQueue {
         let rows: Vec<(String, u64, u64)> = self
             .call(&SCRIPTS.depth_by_tenant)
             .invoke_async(&mut self.conn())
-            .await?;
+            .await
+            .map_err(QueueError::backend)?;
         Ok(rows
             .into_iter()
             .map(|(tenant, depth, age_ms)| TenantDepth {

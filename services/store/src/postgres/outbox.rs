@@ -1,10 +1,12 @@
 //! The outbox on PostgreSQL (see migrations/postgres/0006_outbox.sql): reads
-//! across tenants in the system scope; marking uses its own UPDATE policy.
+//! across tenants in the system scope; marking uses its own UPDATE policy. The
+//! queries' errors reach the publisher as the queue's backend errors.
 
 use async_trait::async_trait;
+use countersign_queue::{Outbox, QueueError};
 
 use super::{PostgresStore, scope};
-use crate::{Result, ReviewKey, outbox::Outbox};
+use crate::{Result, ReviewKey};
 
 fn keys(rows: Vec<(String, String)>) -> Vec<ReviewKey> {
     rows.into_iter()
@@ -14,8 +16,32 @@ fn keys(rows: Vec<(String, String)>) -> Vec<ReviewKey> {
 
 #[async_trait]
 impl Outbox for PostgresStore {
+    async fn unpublished(&self, limit: u32) -> countersign_queue::Result<Vec<ReviewKey>> {
+        self.unpublished_rows(limit)
+            .await
+            .map_err(QueueError::backend)
+    }
+
+    async fn mark_published(&self, keys: &[ReviewKey]) -> countersign_queue::Result<()> {
+        self.mark_rows_published(keys)
+            .await
+            .map_err(QueueError::backend)
+    }
+
+    async fn undecided(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> countersign_queue::Result<Vec<ReviewKey>> {
+        self.undecided_rows(after, limit)
+            .await
+            .map_err(QueueError::backend)
+    }
+}
+
+impl PostgresStore {
     #[tracing::instrument(name = "store.postgres.unpublished", skip(self))]
-    async fn unpublished(&self, limit: u32) -> Result<Vec<ReviewKey>> {
+    async fn unpublished_rows(&self, limit: u32) -> Result<Vec<ReviewKey>> {
         let mut tx = scope::system(&self.pool).await?;
         let rows: Vec<(String, String)> = sqlx::query_as(
             "SELECT tenant, proposal_id FROM queue_entries
@@ -29,7 +55,7 @@ impl Outbox for PostgresStore {
     }
 
     #[tracing::instrument(name = "store.postgres.mark_published", skip_all, fields(n = keys.len()))]
-    async fn mark_published(&self, keys: &[ReviewKey]) -> Result<()> {
+    async fn mark_rows_published(&self, keys: &[ReviewKey]) -> Result<()> {
         if keys.is_empty() {
             return Ok(());
         }
@@ -48,7 +74,7 @@ impl Outbox for PostgresStore {
     }
 
     #[tracing::instrument(name = "store.postgres.undecided", skip(self))]
-    async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>> {
+    async fn undecided_rows(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>> {
         let mut tx = scope::system(&self.pool).await?;
         // Published entries only: an unpublished one is the publisher's, and
         // re-publishing it here too would queue it twice.

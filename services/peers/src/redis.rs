@@ -22,10 +22,7 @@ use tokio::{
 };
 use tokio_stream::StreamExt;
 
-use crate::{
-    Result,
-    peers::{PeerMessage, PeerSignal, Peers, SharedRejection},
-};
+use crate::{PeerMessage, PeerSignal, Peers, PeersError, Result, SharedRejection};
 
 /// Records a scope's change; never moves it back in time (replicas may race).
 static SCOPE_CHANGED: LazyLock<redis::Script> = LazyLock::new(|| {
@@ -68,12 +65,13 @@ impl RedisPeers {
     /// and keeps a subscription in the background, re-established whenever it
     /// breaks. Fails only on a malformed URL. Needs a Tokio runtime.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<Arc<Self>> {
-        let client = Client::open(url)?;
+        let client = Client::open(url).map_err(PeersError::backend)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(2);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(PeersError::backend)?;
         let origin = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
         let (signals, _) = broadcast::channel(1024);
         let (subscribed_tx, subscribed) = watch::channel(false);
@@ -168,7 +166,8 @@ impl Peers for RedisPeers {
             .conn
             .clone()
             .publish(format!("{}:peers", self.prefix), payload)
-            .await?;
+            .await
+            .map_err(PeersError::backend)?;
         Ok(())
     }
 
@@ -184,12 +183,19 @@ impl Peers for RedisPeers {
     ) -> Result<Option<SharedRejection>> {
         let mut conn = self.conn.clone();
         let (value, changes): (Option<Vec<u8>>, Vec<Option<Millis>>) = if scopes.is_empty() {
-            (conn.get(self.rejection_key(fingerprint)).await?, Vec::new())
+            (
+                conn.get(self.rejection_key(fingerprint))
+                    .await
+                    .map_err(PeersError::backend)?,
+                Vec::new(),
+            )
         } else {
             let mut pipe = redis::pipe();
             pipe.get(self.rejection_key(fingerprint));
             pipe.cmd("HMGET").arg(self.changes_key(tenant)).arg(scopes);
-            pipe.query_async(&mut conn).await?
+            pipe.query_async(&mut conn)
+                .await
+                .map_err(PeersError::backend)?
         };
         Ok(value.map(|value| SharedRejection {
             value,
@@ -205,7 +211,8 @@ impl Peers for RedisPeers {
             .arg("PX")
             .arg(ms)
             .query_async(&mut self.conn.clone())
-            .await?;
+            .await
+            .map_err(PeersError::backend)?;
         Ok(())
     }
 
@@ -224,7 +231,8 @@ impl Peers for RedisPeers {
             .arg(at)
             .arg(ms)
             .invoke_async(&mut self.conn.clone())
-            .await?;
+            .await
+            .map_err(PeersError::backend)?;
         Ok(())
     }
 }

@@ -2,7 +2,9 @@
 //! lost" when the store (PostgreSQL) and the queue (Redis) are two systems.
 //!
 //! Submit commits the proposal and its outbox row in one transaction and
-//! answers; the [`Publisher`] then enqueues unpublished rows (enqueue is
+//! answers: once `Submit` answers OK the row is there, whatever the queue's
+//! state. The store reads and marks the rows through [`Outbox`] (PostgreSQL:
+//! `store/src/postgres/outbox.rs`); the [`Publisher`] then enqueues unpublished rows (enqueue is
 //! idempotent per proposal) and marks them. It wakes on a submission in this
 //! process and polls for the others'. With Redis down, rows stay unpublished
 //! and are published when it answers again. The [`Sweeper`] covers what the
@@ -12,16 +14,37 @@
 //! decided meanwhile) is harmless: the worker finds the proposal terminal and
 //! acks it.
 
-use std::{sync::Arc, time::Duration};
+use std::{pin::Pin, sync::Arc, time::Duration};
 
-use countersign_queue::{Peers, Queue, RedisQueue};
-use countersign_store::{DynStore, Outbox};
+use async_trait::async_trait;
+use countersign_domain::ReviewKey;
+use countersign_peers::Peers;
 use tokio::task::JoinSet;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::submission;
+use crate::{Queue, RedisQueue, Result, wake::announce_enqueued};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+/// The store's side of the outbox: the rows a proposal's transaction wrote,
+/// read across tenants. Its errors reach the publisher as
+/// [`crate::QueueError::backend`].
+#[async_trait]
+pub trait Outbox: Send + Sync + 'static {
+    /// Up to `limit` proposals (of every tenant) whose entry was never
+    /// published, oldest first.
+    async fn unpublished(&self, limit: u32) -> Result<Vec<ReviewKey>>;
+    /// Marks these entries as published (a row already marked stays as it is).
+    async fn mark_published(&self, keys: &[ReviewKey]) -> Result<()>;
+    /// Up to `limit` undecided (PENDING or REVIEWING) proposals of every
+    /// tenant whose entry was published, by id, after the id `after` (a page
+    /// of the sweep; unpublished entries are the publisher's).
+    async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>>;
+}
+
+/// Yields once for each proposal submitted in this process (or whenever some
+/// may have been missed), so the publisher publishes it at once rather than at
+/// its next poll.
+pub type Submissions = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
 #[derive(Debug, Clone)]
 pub struct OutboxConfig {
@@ -46,7 +69,6 @@ impl Default for OutboxConfig {
 /// Enqueues unpublished outbox rows and marks them published.
 #[derive(Clone)]
 pub struct Publisher {
-    pub store: DynStore,
     pub outbox: Arc<dyn Outbox>,
     pub queue: Arc<RedisQueue>,
     /// Where other processes hear that this one enqueued (their idle workers
@@ -57,7 +79,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// Publishes one batch; returns how many rows it published.
-    pub async fn publish_once(&self) -> Result<usize, Error> {
+    pub async fn publish_once(&self) -> Result<usize> {
         let mut keys = self.outbox.unpublished(self.config.batch).await?;
         let pairs: Vec<(&str, &str)> = keys
             .iter()
@@ -67,7 +89,7 @@ impl Publisher {
         if done > 0
             && let Some(peers) = &self.peers
         {
-            crate::announce_enqueued(peers.as_ref()).await;
+            announce_enqueued(peers.as_ref()).await;
         }
         // What reached Redis is marked even when a later enqueue failed.
         keys.truncate(done);
@@ -76,8 +98,9 @@ impl Publisher {
         Ok(keys.len())
     }
 
-    pub async fn run(self, stop: CancellationToken) {
-        let mut events = self.store.subscribe();
+    /// Publishes until `stop`: at once after each of `submitted` (this
+    /// process's submissions), else every `config.poll`.
+    pub async fn run(self, mut submitted: Submissions, stop: CancellationToken) {
         let mut failing = false;
         while !stop.is_cancelled() {
             match self.publish_once().await {
@@ -102,10 +125,17 @@ impl Publisher {
             }
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = submission(&mut events) => {}
+                () = submission(&mut submitted) => {}
                 () = tokio::time::sleep(self.config.poll) => {}
             }
         }
+    }
+}
+
+/// Resolves at the next submission (never, once the stream has ended).
+async fn submission(submitted: &mut Submissions) {
+    if submitted.next().await.is_none() {
+        std::future::pending().await
     }
 }
 
@@ -119,7 +149,7 @@ pub struct Sweeper {
 
 impl Sweeper {
     /// One pass over every undecided proposal; returns how many it re-enqueued.
-    pub async fn sweep_once(&self) -> Result<u64, Error> {
+    pub async fn sweep_once(&self) -> Result<u64> {
         let mut after: Option<String> = None;
         let mut requeued = 0;
         loop {
@@ -182,8 +212,14 @@ pub struct OutboxTasks {
 }
 
 impl OutboxTasks {
-    /// Runs until [`OutboxTasks::shutdown`], or until `shutdown` is cancelled.
-    pub fn start(publisher: Publisher, sweep: bool, shutdown: &CancellationToken) -> OutboxTasks {
+    /// Runs until [`OutboxTasks::shutdown`], or until `shutdown` is cancelled;
+    /// `submitted` wakes the publisher (see [`Publisher::run`]).
+    pub fn start(
+        publisher: Publisher,
+        submitted: Submissions,
+        sweep: bool,
+        shutdown: &CancellationToken,
+    ) -> OutboxTasks {
         let stop = shutdown.child_token();
         let stopped = stop.clone();
         let mut tasks = JoinSet::new();
@@ -195,7 +231,7 @@ impl OutboxTasks {
             };
             tasks.spawn(sweeper.run(stopped.clone()));
         }
-        tasks.spawn(publisher.run(stopped));
+        tasks.spawn(publisher.run(submitted, stopped));
         OutboxTasks { tasks, stop }
     }
 

@@ -12,6 +12,8 @@
 //! started after the rejection. Each scope's last change is kept beside it, so
 //! a reader can tell a rejection that rests on facts changed since.
 
+mod redis;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,7 +21,22 @@ use countersign_domain::Millis;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use crate::Result;
+pub use redis::RedisPeers;
+
+/// What a peers operation could not do (the backend down or too slow). The
+/// backend's own error is kept as the source (for the log), never as its type.
+#[derive(Debug, thiserror::Error)]
+#[error("peers unavailable: {0}")]
+pub struct PeersError(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+impl PeersError {
+    /// A backend's error, kept as the source.
+    pub fn backend(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        PeersError(Box::new(error))
+    }
+}
+
+pub type Result<T, E = PeersError> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

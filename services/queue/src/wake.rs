@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
-use countersign_queue::{PeerMessage, PeerSignal, Peers, RedisQueue};
+use countersign_peers::{PeerMessage, PeerSignal, Peers};
 use tokio::{sync::broadcast::error::RecvError, task::JoinHandle};
+
+use crate::RedisQueue;
 
 /// Tells the other processes that this one enqueued proposals.
 pub async fn announce_enqueued(peers: &dyn Peers) {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use countersign_queue::{PeerMessage, PeerSignal, Peers, RedisPeers};
+use countersign_peers::{PeerMessage, PeerSignal, Peers, RedisPeers};
 use countersign_test_support::redis::{options as isolated_options, url as redis_url};
 use tokio::sync::broadcast::error::TryRecvError;
 
