@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 use anyhow::Context;
 use countersign_queue::{DynQueue, Peers, RedisPeers, RedisQueue, RedisQueueOptions};
 use countersign_reviewer::OutboxConfig;
-use countersign_store::{DynStore, EmbeddedQueue, PostgresStore, SqliteStore, Store};
+use countersign_store::{DynStore, EmbeddedQueue, Lifecycle, PostgresStore, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{config::Config, output::redact_url, settings::is_postgres};

@@ -29,6 +29,25 @@ pub struct NewApiKey {
     pub agent: bool,
 }
 
+impl NewApiKey {
+    /// A fresh key (random id and secret) and the name it is stored under:
+    /// `name`, or the role and the id's first characters when none is given.
+    pub(crate) fn mint(&self) -> (countersign_domain::api_key::MintedKey, String) {
+        use rand::RngCore;
+        let mut id = [0u8; 8];
+        let mut secret = [0u8; 32];
+        rand::rng().fill_bytes(&mut id);
+        rand::rng().fill_bytes(&mut secret);
+        let minted = countersign_domain::api_key::mint(id, secret);
+        let name = if self.name.is_empty() {
+            format!("{}-{}", self.role, &minted.id[..6])
+        } else {
+            self.name.clone()
+        };
+        (minted, name)
+    }
+}
+
 /// The admin key created on first start.
 #[derive(Debug, Clone)]
 pub struct BootstrapKey {
@@ -82,6 +101,25 @@ pub(crate) fn same_spec_as_earlier(
     Err(StoreError::AlreadyExists(format!(
         "idempotency_key `{key}` was already used by proposal {earlier_id} with a different spec"
     )))
+}
+
+/// The proposal that holds `spec`'s idempotency key, from the `(id, spec
+/// digest)` read for it: its id if it has the same spec, `AlreadyExists` if
+/// another spec holds the key, `None` if no proposal does.
+pub(crate) fn holder_of_key(
+    spec: &countersign_domain::ProposalSpec,
+    earlier: Option<(String, String)>,
+) -> Result<Option<String>, StoreError> {
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    Ok(Some(earlier_id))
 }
 
 /// Why a cancel changed nothing, for a proposal found in `state`, submitted
@@ -172,6 +210,18 @@ impl StoreEvent {
             proposal_id: proposal_id.to_owned(),
             kind,
             state,
+        }
+    }
+
+    /// The signal for a batch of SUPPRESSED events just logged (of any
+    /// tenant): it wakes the fan-out, which reads them from the log.
+    pub(crate) fn suppressed() -> StoreEvent {
+        StoreEvent {
+            cursor: None,
+            tenant: String::new(),
+            proposal_id: String::new(),
+            kind: countersign_domain::EventKind::Suppressed,
+            state: countersign_domain::ProposalState::Rejected,
         }
     }
 }

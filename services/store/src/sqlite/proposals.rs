@@ -1,12 +1,13 @@
 use std::collections::HashSet;
 
+use async_trait::async_trait;
 use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::events;
+use super::{SqliteStore, events};
 
 use crate::rows::Columns;
-use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
+use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
 pub fn from_row(row: &impl Columns) -> Result<Proposal> {
     let id = row.text("id")?;
@@ -193,15 +194,9 @@ pub fn find_idempotent(
             Ok((row.get(0)?, row.get(1)?))
         })
         .optional()?;
-    let Some((earlier_id, earlier_digest)) = earlier else {
+    let Some(earlier_id) = crate::types::holder_of_key(spec, earlier)? else {
         return Ok(None);
     };
-    crate::types::same_spec_as_earlier(
-        &spec.idempotency_key,
-        &earlier_id,
-        &earlier_digest,
-        &spec.digest(),
-    )?;
     get(conn, tenant, &earlier_id)
 }
 
@@ -243,4 +238,57 @@ pub fn cancel(
         submitted_key.as_deref(),
         key,
     ))
+}
+
+#[async_trait]
+impl Proposals for SqliteStore {
+    #[tracing::instrument(
+        name = "store.sqlite.insert_proposal",
+        level = "debug",
+        skip_all,
+        fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
+    )]
+    async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
+        let (outcome, event) = self.submitter.submit(new).await?;
+        self.publish(event);
+        tracing::Span::current().record("proposal_id", outcome.proposal().id.as_str());
+        Ok(outcome)
+    }
+
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        if spec.idempotency_key.is_empty() {
+            return Ok(None);
+        }
+        let (tenant, spec) = (tenant.to_owned(), spec.clone());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            find_idempotent(&tx, &tenant, &spec)
+        })
+        .await
+    }
+
+    async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            get(&tx, &tenant, &id)
+        })
+        .await
+    }
+
+    async fn cancel_proposal(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (tenant, id, reason) = (tenant.to_owned(), id.to_owned(), reason.to_owned());
+        let key = key.map(str::to_owned);
+        let (proposal, event) = self
+            .write(move |conn| cancel(conn, &tenant, &id, &reason, key.as_deref()))
+            .await?;
+        self.publish(Some(event));
+        Ok(proposal)
+    }
 }

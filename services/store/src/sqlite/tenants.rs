@@ -1,9 +1,11 @@
+use async_trait::async_trait;
 use countersign_domain::Role;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::keys;
+use super::{SqliteStore, keys};
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, now_ms, validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
+    validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
@@ -111,4 +113,31 @@ pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result
     )
     .optional()?
     .unwrap_or_else(|| Err(StoreError::NotFound(format!("tenant `{name}`"))))
+}
+
+#[async_trait]
+impl Tenants for SqliteStore {
+    async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
+        self.write(bootstrap).await
+    }
+
+    async fn create_tenant(&self, name: &str) -> Result<Tenant> {
+        let name = name.to_owned();
+        self.write(move |conn| create(conn, &name)).await
+    }
+
+    async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
+        let name = name.to_owned();
+        self.read(move |conn| get(conn, &name)).await
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        self.read(|conn| list(conn)).await
+    }
+
+    async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
+        let name = name.to_owned();
+        self.write(move |conn| set_policy(conn, &name, policy))
+            .await
+    }
 }
