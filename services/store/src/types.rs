@@ -103,6 +103,20 @@ pub(crate) fn same_spec_as_earlier(
     )))
 }
 
+/// Target `id` as a put stores it now.
+pub(crate) fn new_target(
+    id: &str,
+    status: countersign_domain::TargetStatus,
+    labels: std::collections::BTreeMap<String, String>,
+) -> countersign_domain::Target {
+    countersign_domain::Target {
+        id: id.to_owned(),
+        status,
+        labels,
+        updated_at: crate::now_ms(),
+    }
+}
+
 /// The proposal that holds `spec`'s idempotency key, from the `(id, spec
 /// digest)` read for it: its id if it has the same spec, `AlreadyExists` if
 /// another spec holds the key, `None` if no proposal does.
@@ -122,15 +136,18 @@ pub(crate) fn holder_of_key(
     Ok(Some(earlier_id))
 }
 
-/// Why a cancel changed nothing, for a proposal found in `state`, submitted
-/// by `submitted_key`, cancelled by `key` (None: whoever submitted it).
+/// Why a cancel by `key` (None: whoever submitted it) changed nothing,
+/// from what was `found` of the proposal: its state and submitting key, or
+/// `None` if there is no such proposal.
 pub(crate) fn not_cancelled(
     id: &str,
-    state: &str,
-    submitted_key: Option<&str>,
+    found: Option<(String, Option<String>)>,
     key: Option<&str>,
 ) -> StoreError {
-    if key.is_some() && submitted_key != key {
+    let Some((state, submitted_key)) = found else {
+        return StoreError::NotFound(format!("proposal `{id}`"));
+    };
+    if key.is_some() && submitted_key.as_deref() != key {
         return StoreError::PermissionDenied(format!(
             "proposal {id} was submitted by another key: a coordinator may cancel only the \
              proposals its own key submitted (on-call and admin may cancel any)"

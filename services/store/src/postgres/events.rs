@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis};
 use sqlx::{PgPool, Row};
 
-use super::{PostgresStore, proposals, scope};
+use super::{PostgresStore, scope};
 use crate::{
     EventLog, Result,
     rows::{Prefixed, decision_from_row},
@@ -145,7 +145,7 @@ impl EventLog for PostgresStore {
         tx.commit().await?;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
-            let mut proposal = proposals::from_row(row)?;
+            let mut proposal = crate::rows::proposal_from_row(row)?;
             let decided: Option<String> = row.try_get("d_proposal_id")?;
             if proposal.state.is_terminal() && decided.is_some() {
                 proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);

@@ -1,33 +1,11 @@
 use async_trait::async_trait;
 use countersign_domain::{Proposal, ProposalSpec, ProposalState};
-use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+use sqlx::{PgConnection, PgPool};
 
 use super::{PostgresStore, review, scope};
 use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
-pub fn from_row(row: &PgRow) -> Result<Proposal> {
-    let id: String = row.try_get("id")?;
-    let spec_json: String = row.try_get("spec_json")?;
-    let spec = serde_json::from_str(&spec_json)
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
-    let state: String = row.try_get("state")?;
-    let state = state
-        .parse::<ProposalState>()
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
-    let suppressed: i64 = row.try_get("suppressed_retries")?;
-    Ok(Proposal {
-        tenant: row.try_get("tenant")?,
-        spec,
-        state,
-        submitted_by: row.try_get("submitted_by")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        decision: None,
-        suppressed_retries: suppressed.max(0) as u64,
-        cancel_reason: row.try_get("cancel_reason")?,
-        id,
-    })
-}
+use crate::rows::proposal_from_row;
 
 /// A proposal by its key (every `GetProposal` and `AwaitDecision`).
 #[doc(hidden)]
@@ -42,7 +20,7 @@ pub async fn fetch(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Op
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let mut proposal = from_row(&row)?;
+    let mut proposal = proposal_from_row(&row)?;
     if proposal.state.is_terminal() {
         proposal.decision = review::decision_of(conn, tenant, id).await?;
     }
@@ -211,7 +189,7 @@ impl Proposals for PostgresStore {
         .fetch_optional(&mut *tx)
         .await?;
         if let Some(row) = row {
-            let proposal = from_row(&row)?;
+            let proposal = proposal_from_row(&row)?;
             tx.commit().await?;
             self.publish(StoreEvent::changed_to(tenant, id, ProposalState::Cancelled));
             return Ok(proposal);
@@ -223,15 +201,7 @@ impl Proposals for PostgresStore {
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((state, submitted_key)) = current else {
-            return Err(StoreError::NotFound(format!("proposal `{id}`")));
-        };
-        Err(crate::types::not_cancelled(
-            id,
-            &state,
-            submitted_key.as_deref(),
-            key,
-        ))
+        Err(crate::types::not_cancelled(id, current, key))
     }
 
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {

@@ -162,12 +162,7 @@ impl Reference for PostgresStore {
         status: TargetStatus,
         labels: BTreeMap<String, String>,
     ) -> Result<Target> {
-        let target = Target {
-            id: id.to_owned(),
-            status,
-            labels,
-            updated_at: now_ms(),
-        };
+        let target = crate::types::new_target(id, status, labels);
         let mut tx = scope::tenant(&self.pool, tenant).await?;
         sqlx::query(
             "INSERT INTO targets (tenant, id, status, labels_json, cluster, updated_at)

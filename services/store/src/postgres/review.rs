@@ -341,7 +341,7 @@ impl Reviews for PostgresStore {
                     Some(row) => {
                         began[i] = true;
                         BeginReview::Reviewing {
-                            proposal: Box::new(proposals::from_row(&row)?),
+                            proposal: Box::new(crate::rows::proposal_from_row(&row)?),
                             started_at: now,
                             trace_parent: row.try_get("trace_parent")?,
                         }

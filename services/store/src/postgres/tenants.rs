@@ -1,29 +1,15 @@
 use async_trait::async_trait;
 use countersign_domain::Role;
-use sqlx::{PgConnection, Row, postgres::PgRow};
+use sqlx::PgConnection;
 
 use super::{PostgresStore, keys, scope};
+use crate::rows::tenant_from_row;
 use crate::{
     BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
     validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
-
-fn from_row(row: &PgRow) -> Result<Tenant> {
-    Ok(Tenant {
-        name: row.try_get("name")?,
-        created_at: row.try_get("created_at")?,
-        policy: TenantPolicy {
-            parallel_window_ms: row.try_get("parallel_window_ms")?,
-            allow_force_approve_no_sop: row.try_get("allow_force_approve_no_sop")?,
-            breaker_threshold: row
-                .try_get::<i64, _>("breaker_threshold")?
-                .clamp(0, i64::from(u32::MAX)) as u32,
-            breaker_window_ms: row.try_get("breaker_window_ms")?,
-        },
-    })
-}
 
 /// Inserts tenant `name`; the transaction must be in its scope.
 async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
@@ -44,7 +30,7 @@ async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
     .fetch_optional(&mut *conn)
     .await?;
     match row {
-        Some(row) => from_row(&row),
+        Some(row) => tenant_from_row(&row),
         None => Err(StoreError::AlreadyExists(format!(
             "tenant `{name}` already exists"
         ))),
@@ -58,7 +44,7 @@ pub async fn get(conn: &mut PgConnection, name: &str) -> Result<Option<Tenant>> 
         .fetch_optional(conn)
         .await?
         .as_ref()
-        .map(from_row)
+        .map(tenant_from_row)
         .transpose()
 }
 
@@ -121,7 +107,7 @@ impl Tenants for PostgresStore {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        rows.iter().map(from_row).collect()
+        rows.iter().map(tenant_from_row).collect()
     }
 
     #[tracing::instrument(name = "store.postgres.set_tenant_policy", skip(self))]
@@ -146,7 +132,7 @@ impl Tenants for PostgresStore {
         .await?;
         tx.commit().await?;
         match row {
-            Some(row) => from_row(&row),
+            Some(row) => tenant_from_row(&row),
             None => Err(StoreError::NotFound(format!("tenant `{name}`"))),
         }
     }

@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use rusqlite::{Connection, Row, params};
 
-use super::{SqliteStore, proposals};
+use super::SqliteStore;
 use tokio::sync::broadcast;
 
 use crate::{Changes, EventLog, Result, StoreError, StoreEvent};
@@ -25,7 +25,7 @@ const AFTER_TENANT: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS e
 
 /// One event row ([`AFTER_ALL`], [`AFTER_TENANT`]) with its proposal.
 fn event_from_row(row: &Row<'_>) -> Result<Event> {
-    crate::rows::event_from_row(row, proposals::from_row(row)?)
+    crate::rows::event_from_row(row, crate::rows::proposal_from_row(row)?)
 }
 
 /// With `tenant`, its events after its own cursor `after`; without, every

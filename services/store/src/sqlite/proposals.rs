@@ -5,31 +5,8 @@ use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, events};
-
-use crate::rows::Columns;
+use crate::rows::proposal_from_row;
 use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
-
-pub fn from_row(row: &impl Columns) -> Result<Proposal> {
-    let id = row.text("id")?;
-    let spec = serde_json::from_str(&row.text("spec_json")?)
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
-    let state = row
-        .text("state")?
-        .parse::<ProposalState>()
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
-    Ok(Proposal {
-        tenant: row.text("tenant")?,
-        spec,
-        state,
-        submitted_by: row.text("submitted_by")?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
-        decision: None,
-        suppressed_retries: row.int("suppressed_retries")?.max(0) as u64,
-        cancel_reason: row.opt_text("cancel_reason")?,
-        id,
-    })
-}
 
 /// What one submission's insert answers.
 pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
@@ -95,7 +72,7 @@ fn insert_rows(
 pub fn get(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| Ok(from_row(row)))
+        .query_row([tenant, id], |row| Ok(proposal_from_row(row)))
         .optional()?;
     let Some(proposal) = found else {
         return Ok(None);
@@ -216,7 +193,7 @@ pub fn cancel(
              RETURNING *",
         )?
         .query_row(params![reason, now_ms(), tenant, id, key], |row| {
-            Ok(from_row(row))
+            Ok(proposal_from_row(row))
         })
         .optional()?;
     if let Some(proposal) = cancelled {
@@ -229,15 +206,7 @@ pub fn cancel(
         .prepare_cached("SELECT state, submitted_key FROM proposals WHERE tenant = ? AND id = ?")?
         .query_row([tenant, id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
-    let Some((state, submitted_key)) = current else {
-        return Err(StoreError::NotFound(format!("proposal `{id}`")));
-    };
-    Err(crate::types::not_cancelled(
-        id,
-        &state,
-        submitted_key.as_deref(),
-        key,
-    ))
+    Err(crate::types::not_cancelled(id, current, key))
 }
 
 #[async_trait]

@@ -132,12 +132,7 @@ pub fn put_target(
     status: TargetStatus,
     labels: BTreeMap<String, String>,
 ) -> Result<Target> {
-    let target = Target {
-        id: id.to_owned(),
-        status,
-        labels,
-        updated_at: now_ms(),
-    };
+    let target = crate::types::new_target(id, status, labels);
     conn.prepare_cached(
         "INSERT OR REPLACE INTO targets (tenant, id, status, labels_json, cluster, updated_at)
          VALUES (?, ?, ?, ?, ?, ?)",

@@ -9,7 +9,7 @@ use countersign_domain::{
 };
 use rusqlite::{Connection, OptionalExtension};
 
-use super::{SqliteStore, events, proposals};
+use super::{SqliteStore, events};
 use crate::recording::{self, Found};
 use crate::rows::OwnedRow;
 use crate::{
@@ -24,7 +24,7 @@ fn resume_in(conn: &Connection, tenant: &str, id: &str, now: Millis) -> Result<B
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
         .query_row([tenant, id], |row| {
             Ok((
-                proposals::from_row(row),
+                crate::rows::proposal_from_row(row),
                 row.get::<_, Option<Millis>>("review_started_at")?,
                 row.get::<_, Option<String>>("trace_parent")?,
             ))
@@ -77,7 +77,7 @@ pub fn begin_many(
             serde_json::to_string(&keys).expect("keys serialize")
         ])?;
         while let Some(row) = rows.next()? {
-            let proposal = proposals::from_row(row)?;
+            let proposal = crate::rows::proposal_from_row(row)?;
             let trace_parent: Option<String> = row.get("trace_parent")?;
             started.insert(
                 (proposal.tenant.clone(), proposal.id.clone()),
