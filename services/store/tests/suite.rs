@@ -1104,6 +1104,38 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
     );
 }
 
+/// The newest checkpoint of any tenant is the one signed last, whichever
+/// tenant's it is; none before the first.
+pub async fn the_newest_checkpoint_is_the_last_signed_of_any_tenant(store: DynStore) {
+    assert_eq!(store.newest_checkpoint().await.unwrap(), None);
+    for tenant in ["a", "b"] {
+        store.create_tenant(tenant).await.unwrap();
+    }
+    let key = countersign_domain::audit::SigningKey::from_seed([2; 32]);
+    let head = "0".repeat(64);
+    let b = key.sign("b", 1, &head, 6_000);
+    let a = key.sign("a", 1, &head, 5_000);
+    for checkpoint in [&b, &a] {
+        store.save_checkpoint(checkpoint).await.unwrap();
+    }
+    assert_eq!(store.newest_checkpoint().await.unwrap(), Some(b));
+    let a_grown = key.sign("a", 2, &head, 7_000);
+    store.save_checkpoint(&a_grown).await.unwrap();
+    assert_eq!(store.newest_checkpoint().await.unwrap(), Some(a_grown));
+}
+
+/// The store names its backend, and refreshing the planner's statistics
+/// answers how many tables it did (none on SQLite, which plans without
+/// them).
+pub async fn the_store_names_its_backend_and_refreshes_statistics(store: DynStore) {
+    let backend = store.backend();
+    assert!(["sqlite", "postgres"].contains(&backend), "{backend}");
+    let refreshed = store.refresh_statistics().await.unwrap();
+    if backend == "sqlite" {
+        assert_eq!(refreshed, 0);
+    }
+}
+
 /// Appends that overlap (the sequencer, a second process, a drain at stop)
 /// put each decision in the log once, in one unbroken chain per tenant.
 pub async fn overlapping_appends_put_each_decision_in_the_log_once(store: DynStore) {
@@ -1837,6 +1869,8 @@ macro_rules! every_store_test {
             the_audit_log_chains_each_tenants_decisions_in_commit_order,
             overlapping_appends_put_each_decision_in_the_log_once,
             a_time_window_finds_decisions_committed_out_of_time_order,
+            the_newest_checkpoint_is_the_last_signed_of_any_tenant,
+            the_store_names_its_backend_and_refreshes_statistics,
         );
     };
 }
