@@ -162,7 +162,7 @@ impl Application {
         // Where the fan-out starts, before the first call is answered (see
         // `live_position`); a stop asked for meanwhile ends the start.
         let position = tokio::select! {
-            position = live_position(&self.store) => position,
+            position = live_position(&*self.store) => position,
             () = shutdown.cancelled() => return Ok(()),
         };
         let (health, health_service, reflection) = probes(&[FILE_DESCRIPTOR_SET]);

@@ -6,22 +6,22 @@
 //! takes effect within the TTL (`--credential-cache-ttl`, default 1 s; 0 turns
 //! the cache off).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use countersign_store::{ApiKeyRecord, DynStore, StoreError, Tenant};
+use countersign_store::{ApiKeyRecord, StoreError, Tenant};
 use moka::sync::Cache;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
 const CAPACITY: u64 = 10_000;
 
 pub struct Directory {
-    store: DynStore,
+    store: Arc<dyn countersign_store::Directory>,
     keys: Lookups<ApiKeyRecord>,
     tenants: Lookups<Tenant>,
 }
 
 impl Directory {
-    pub fn new(store: DynStore, ttl: Duration) -> Self {
+    pub fn new(store: Arc<dyn countersign_store::Directory>, ttl: Duration) -> Self {
         Directory {
             store,
             keys: Lookups::new(ttl),

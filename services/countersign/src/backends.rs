@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use countersign_peers::{Peers, RedisPeers};
 use countersign_queue::{DynQueue, OutboxConfig, RedisQueueOptions};
-use countersign_store::{DynStore, EmbeddedQueue, PostgresStore, SqliteStore, Store};
+use countersign_store::{DynStore, EmbeddedQueue, Lifecycle, PostgresStore, SqliteStore};
 
 use crate::{config::Config, output::redact_url, settings::is_postgres};
 

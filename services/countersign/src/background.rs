@@ -136,7 +136,7 @@ async fn run(
     };
     // Another process's enqueue wakes this one's idle workers.
     let relay = workers.then(|| relay_enqueued(queue.clone(), production.peers.clone()));
-    let outbox = OutboxTasks::start(publisher, submissions(&store), workers, &stop);
+    let outbox = OutboxTasks::start(publisher, submissions(store.as_ref()), workers, &stop);
     let reviewers = workers.then(|| {
         tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
         Reviewers::start(store, queue, config, &intake)

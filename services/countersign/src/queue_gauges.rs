@@ -60,7 +60,7 @@ mod tests {
     use std::sync::Arc;
 
     use countersign_store::EmbeddedQueue;
-    use countersign_store::{SqliteStore, Store};
+    use countersign_store::{Lifecycle, SqliteStore};
 
     use super::*;
 

@@ -3,16 +3,16 @@
 //! see migrations/postgres/0009_statistics.sql). Every process asks; one at a
 //! time does it.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use countersign_store::DynStore;
+use countersign_store::Lifecycle;
 use tokio_util::sync::CancellationToken;
 
 pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// Refreshes until `stop` is cancelled. A failure is logged and tried again
 /// at the next turn: statistics are an optimisation, never a reason to stop.
-pub async fn keep(store: DynStore, stop: CancellationToken) {
+pub async fn keep(store: Arc<dyn Lifecycle>, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -28,13 +28,11 @@ pub async fn keep(store: DynStore, stop: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use std::{sync::Arc, time::Duration};
-
     use countersign_store::SqliteStore;
 
     use super::*;
 
-    async fn store(dir: &tempfile::TempDir) -> DynStore {
+    async fn store(dir: &tempfile::TempDir) -> Arc<dyn Lifecycle> {
         let url = format!("sqlite://{}", dir.path().join("c.db").display());
         Arc::new(SqliteStore::connect(&url).await.expect("store"))
     }

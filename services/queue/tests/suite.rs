@@ -384,7 +384,7 @@ both_backends!(
 #[tokio::test]
 async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
     use countersign_store::EmbeddedQueue;
-    use countersign_store::{NewProposal, Store};
+    use countersign_store::{NewProposal, Proposals, Tenants};
 
     let (store, _dir) = countersign_test_support::sqlite::store().await;
     let queue = EmbeddedQueue::new(store.writer());

@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use countersign_domain::review::{self, ReviewStamp};
 use countersign_queue::DynQueue;
-use countersign_store::{DynStore, RecordOutcome};
+use countersign_store::{RecordOutcome, Reviews};
 use tokio_util::sync::CancellationToken;
 
 use crate::{ReviewerConfig, worker::now_ms};
 
 pub struct Janitor {
     pub id: String,
-    pub store: DynStore,
+    pub store: Arc<dyn Reviews>,
     pub queue: DynQueue,
     pub config: Arc<ReviewerConfig>,
 }

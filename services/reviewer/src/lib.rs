@@ -49,6 +49,7 @@ impl Reviewers {
                 id,
                 lane,
                 store: store.clone(),
+                changes: store.clone(),
                 queue: queue.clone(),
                 config: config.clone(),
             };
@@ -56,7 +57,8 @@ impl Reviewers {
         }
         if config.workers + config.express_workers > 0 {
             let sequencer = Sequencer {
-                store: store.clone(),
+                log: store.clone(),
+                changes: store.clone(),
                 every: config.janitor_every,
             };
             tasks.spawn(sequencer.run(stopped.clone()));

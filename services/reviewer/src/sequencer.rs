@@ -1,9 +1,9 @@
 //! The sequencer: appends recorded decisions to their tenants' hash-chained
 //! logs in batches, so recording a decision never waits on a chain's head.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use countersign_store::{DynStore, StoreEvent};
+use countersign_store::{AuditLog, Changes, StoreEvent};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,9 @@ const BATCH: u32 = 1_000;
 const GATHER: Duration = Duration::from_millis(50);
 
 pub struct Sequencer {
-    pub store: DynStore,
+    pub log: Arc<dyn AuditLog>,
+    /// What wakes it: decisions committed in this process.
+    pub changes: Arc<dyn Changes>,
     /// How often it looks for decisions no signal announced (another process).
     pub every: Duration,
 }
@@ -37,7 +39,7 @@ async fn decided(signals: &mut broadcast::Receiver<StoreEvent>) {
 
 impl Sequencer {
     pub async fn run(self, stop: CancellationToken) {
-        let mut signals = self.store.subscribe();
+        let mut signals = self.changes.subscribe();
         while !stop.is_cancelled() {
             self.drain().await;
             tokio::select! {
@@ -61,7 +63,7 @@ impl Sequencer {
     pub async fn drain(&self) -> u64 {
         let mut total = 0;
         loop {
-            match self.store.append_audit(BATCH).await {
+            match self.log.append_audit(BATCH).await {
                 Ok(n) => {
                     total += n;
                     if n > 0 {

@@ -12,7 +12,7 @@ use countersign_domain::{
     review::{self, ReviewStamp},
 };
 use countersign_queue::{DynQueue, Lease, Submissions};
-use countersign_store::{BeginReview, DynStore, EventKind, RecordOutcome, ReviewKey};
+use countersign_store::{BeginReview, Changes, EventKind, RecordOutcome, ReviewKey, Reviews};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,9 @@ pub enum Lane {
 pub struct Worker {
     pub id: String,
     pub lane: Lane,
-    pub store: DynStore,
+    pub store: Arc<dyn Reviews>,
+    /// What wakes it on the embedded queue: submissions in this process.
+    pub changes: Arc<dyn Changes>,
     pub queue: DynQueue,
     pub config: Arc<ReviewerConfig>,
 }
@@ -66,7 +68,7 @@ fn retry_all(
 
 /// This process's submissions, as the wake-ups of the outbox publisher: one
 /// item for each [`submission`].
-pub fn submissions(store: &DynStore) -> Submissions {
+pub fn submissions(store: &dyn Changes) -> Submissions {
     Box::pin(futures::stream::unfold(
         store.subscribe(),
         |mut events| async move {
@@ -121,7 +123,7 @@ fn key(lease: &Lease) -> ReviewKey {
 
 impl Worker {
     pub async fn run(self, stop: CancellationToken) {
-        let mut events = self.store.subscribe();
+        let mut events = self.changes.subscribe();
         let mut enqueued = self.queue.enqueued();
         tracing::debug!(worker = %self.id, "reviewer started");
         while !stop.is_cancelled() {

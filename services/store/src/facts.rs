@@ -10,7 +10,7 @@ use countersign_domain::{
 };
 
 use crate::{
-    Result, StoreError,
+    Result, StoreError, now_ms,
     rows::{self, Columns},
 };
 
@@ -39,115 +39,155 @@ fn corrupt(what: String) -> StoreError {
     StoreError::Corrupt(what)
 }
 
-/// Each proposal's facts, in order, once every tenant group has filled its
-/// slots (a slot left empty is an error, never an approval).
-pub(crate) type Slots = Vec<Option<Result<ReviewFacts>>>;
-
-pub(crate) fn slots(n: usize) -> Slots {
-    (0..n).map(|_| None).collect()
+/// A batch's facts as its tenant groups are gathered: each proposal's slot,
+/// filled once (a slot left empty is an error, never an approval).
+pub(crate) struct Batch<'a> {
+    proposals: &'a [Proposal],
+    out: Vec<Option<Result<ReviewFacts>>>,
 }
 
-pub(crate) fn finish(slots: Slots) -> Vec<Result<ReviewFacts>> {
-    slots
-        .into_iter()
-        .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
-        .collect()
+/// A tenant group's facts but their other operations, and how far the
+/// candidate query that finds those must reach.
+pub(crate) struct Gathered {
+    facts: Vec<(usize, ReviewFacts)>,
+    /// Some review is tenant-wide: candidates from the whole tenant.
+    pub tenant_wide: bool,
+    /// The clusters of the group's cluster-wide reviews.
+    pub clusters: Vec<String>,
+    /// The oldest decision that still counts as running in parallel.
+    pub window_start: Millis,
 }
 
-/// The facts of the tenant's proposals (`indices` into `proposals`) but their
-/// other operations, from the tenant's SOP rows (of the batch's actions) and
-/// target rows. A row that does not map fails only the reviews that read it.
-pub(crate) fn gather<R: Columns>(
-    proposals: &[Proposal],
-    indices: &[usize],
-    policy: TenantPolicy,
-    now: Millis,
-    sop_rows: &[R],
-    target_rows: &[R],
-    out: &mut Slots,
-) -> Vec<(usize, ReviewFacts)> {
-    let column = |row: &R, name: &str| row.text(name).unwrap_or_default();
-    let mut gathered = Vec::new();
-    for &i in indices {
-        let proposal = &proposals[i];
-        let sops = sop_rows
-            .iter()
-            .filter(|row| column(row, "action") == proposal.spec.action)
-            .map(rows::sop_from_row)
-            .collect::<Result<Vec<_>>>();
-        let target = target_rows
-            .iter()
-            .find(|row| column(row, "id") == proposal.spec.target)
-            .map(rows::target_from_row)
-            .transpose();
-        match (sops, target) {
-            (Ok(sops), Ok(target)) => gathered.push((
-                i,
-                ReviewFacts {
-                    proposal_id: proposal.id.clone(),
-                    spec: (&proposal.spec).into(),
-                    created_at: proposal.created_at,
-                    policy,
-                    sops,
-                    target,
-                    others: Vec::new(),
-                    now,
-                },
-            )),
-            (Err(error), _) | (_, Err(error)) => out[i] = Some(Err(error)),
+impl<'a> Batch<'a> {
+    pub(crate) fn new(proposals: &'a [Proposal]) -> Self {
+        Batch {
+            proposals,
+            out: (0..proposals.len()).map(|_| None).collect(),
         }
     }
-    gathered
-}
 
-/// How far a tenant group's candidates must reach: the whole tenant if any
-/// review is tenant-wide, and the clusters of its cluster-wide reviews.
-pub(crate) fn reach(gathered: &[(usize, ReviewFacts)]) -> (bool, Vec<String>) {
-    let tenant_wide = gathered
-        .iter()
-        .any(|(_, f)| f.spec.blast_radius == BlastRadius::TenantWide);
-    let clusters = gathered
-        .iter()
-        .filter(|(_, f)| f.spec.blast_radius == BlastRadius::Cluster)
-        .filter_map(|(_, f)| f.target.as_ref().and_then(|t| t.cluster()))
-        .map(str::to_owned)
-        .collect();
-    (tenant_wide, clusters)
-}
-
-/// Gives each gathered review the other operations that block it, from the
-/// candidate rows read for the whole tenant group (a proposal found by two
-/// branches comes twice; repeats are dropped). A malformed candidate fails the
-/// group's reviews: which of them it concerns is unknown.
-pub(crate) fn attach_others<R: Columns>(
-    gathered: Vec<(usize, ReviewFacts)>,
-    candidate_rows: &[R],
-    out: &mut Slots,
-) {
-    let others = match others_from(candidate_rows) {
-        Ok(others) => others,
-        Err(error) => {
-            let what = match error {
-                StoreError::Corrupt(what) => what,
-                other => other.to_string(),
-            };
-            for (i, _) in gathered {
-                out[i] = Some(Err(corrupt(what.clone())));
-            }
-            return;
+    /// The tenant of `indices` does not exist: each of its reviews fails.
+    pub(crate) fn tenant_missing(&mut self, tenant: &str, indices: &[usize]) {
+        for &i in indices {
+            self.out[i] = Some(Err(StoreError::NotFound(format!("tenant `{tenant}`"))));
         }
-    };
-    for (i, mut facts) in gathered {
-        let mut mine: Vec<OtherOperation> = others
+    }
+
+    /// The actions and the targets of `indices`, in order (what the group's
+    /// SOP and target rows are read by).
+    pub(crate) fn keys(&self, indices: &[usize]) -> (Vec<&'a str>, Vec<&'a str>) {
+        let proposals = self.proposals;
+        indices
             .iter()
-            .filter(|other| gates::blocks(&facts, other))
-            .cloned()
+            .map(|&i| {
+                let spec = &proposals[i].spec;
+                (spec.action.as_str(), spec.target.as_str())
+            })
+            .unzip()
+    }
+
+    /// The facts of the tenant's proposals (`indices`) but their other
+    /// operations, from the tenant's SOP rows (of the group's actions) and
+    /// target rows, as of now. A row that does not map fails only the
+    /// reviews that read it; `None` when no review is left to complete.
+    pub(crate) fn gather<R: Columns>(
+        &mut self,
+        indices: &[usize],
+        policy: TenantPolicy,
+        sop_rows: &[R],
+        target_rows: &[R],
+    ) -> Option<Gathered> {
+        let now = now_ms();
+        let column = |row: &R, name: &str| row.text(name).unwrap_or_default();
+        let mut facts = Vec::new();
+        for &i in indices {
+            let proposal = &self.proposals[i];
+            let sops = sop_rows
+                .iter()
+                .filter(|row| column(row, "action") == proposal.spec.action)
+                .map(rows::sop_from_row)
+                .collect::<Result<Vec<_>>>();
+            let target = target_rows
+                .iter()
+                .find(|row| column(row, "id") == proposal.spec.target)
+                .map(rows::target_from_row)
+                .transpose();
+            match (sops, target) {
+                (Ok(sops), Ok(target)) => facts.push((
+                    i,
+                    ReviewFacts {
+                        proposal_id: proposal.id.clone(),
+                        spec: (&proposal.spec).into(),
+                        created_at: proposal.created_at,
+                        policy,
+                        sops,
+                        target,
+                        others: Vec::new(),
+                        now,
+                    },
+                )),
+                (Err(error), _) | (_, Err(error)) => self.out[i] = Some(Err(error)),
+            }
+        }
+        if facts.is_empty() {
+            return None;
+        }
+        let tenant_wide = facts
+            .iter()
+            .any(|(_, f)| f.spec.blast_radius == BlastRadius::TenantWide);
+        let clusters = facts
+            .iter()
+            .filter(|(_, f)| f.spec.blast_radius == BlastRadius::Cluster)
+            .filter_map(|(_, f)| f.target.as_ref().and_then(|t| t.cluster()))
+            .map(str::to_owned)
             .collect();
-        mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        mine.dedup_by(|a, b| a.id == b.id);
-        mine.truncate(MAX_OTHERS);
-        facts.others = mine;
-        out[i] = Some(Ok(facts));
+        Some(Gathered {
+            facts,
+            tenant_wide,
+            clusters,
+            window_start: now - policy.parallel_window_ms,
+        })
+    }
+
+    /// Gives each gathered review the other operations that block it, from
+    /// the candidate rows read for the whole tenant group (a proposal found
+    /// by two branches comes twice; repeats are dropped). A malformed
+    /// candidate fails the group's reviews: which of them it concerns is
+    /// unknown.
+    pub(crate) fn attach_others<R: Columns>(&mut self, gathered: Gathered, candidate_rows: &[R]) {
+        let others = match others_from(candidate_rows) {
+            Ok(others) => others,
+            Err(error) => {
+                let what = match error {
+                    StoreError::Corrupt(what) => what,
+                    other => other.to_string(),
+                };
+                for (i, _) in gathered.facts {
+                    self.out[i] = Some(Err(corrupt(what.clone())));
+                }
+                return;
+            }
+        };
+        for (i, mut facts) in gathered.facts {
+            let mut mine: Vec<OtherOperation> = others
+                .iter()
+                .filter(|other| gates::blocks(&facts, other))
+                .cloned()
+                .collect();
+            mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            mine.dedup_by(|a, b| a.id == b.id);
+            mine.truncate(MAX_OTHERS);
+            facts.others = mine;
+            self.out[i] = Some(Ok(facts));
+        }
+    }
+
+    /// Each proposal's facts, in order.
+    pub(crate) fn finish(self) -> Vec<Result<ReviewFacts>> {
+        self.out
+            .into_iter()
+            .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
+            .collect()
     }
 }
 

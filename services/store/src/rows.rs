@@ -157,6 +157,43 @@ fn malformed(what: &str, e: impl std::fmt::Display) -> StoreError {
     corrupt(format!("{what}: {e}"))
 }
 
+/// A tenant row.
+pub(crate) fn tenant_from_row(row: &impl Columns) -> Result<crate::Tenant> {
+    Ok(crate::Tenant {
+        name: row.text("name")?,
+        created_at: row.int("created_at")?,
+        policy: countersign_domain::TenantPolicy {
+            parallel_window_ms: row.int("parallel_window_ms")?,
+            allow_force_approve_no_sop: row.flag("allow_force_approve_no_sop")?,
+            breaker_threshold: row.int("breaker_threshold")?.clamp(0, i64::from(u32::MAX)) as u32,
+            breaker_window_ms: row.int("breaker_window_ms")?,
+        },
+    })
+}
+
+/// A proposal row, without its decision (read apart).
+pub(crate) fn proposal_from_row(row: &impl Columns) -> Result<Proposal> {
+    let id = row.text("id")?;
+    let spec = serde_json::from_str(&row.text("spec_json")?)
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
+    let state = row
+        .text("state")?
+        .parse::<ProposalState>()
+        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
+    Ok(Proposal {
+        tenant: row.text("tenant")?,
+        spec,
+        state,
+        submitted_by: row.text("submitted_by")?,
+        created_at: row.int("created_at")?,
+        updated_at: row.int("updated_at")?,
+        decision: None,
+        suppressed_retries: row.int("suppressed_retries")?.max(0) as u64,
+        cancel_reason: row.opt_text("cancel_reason")?,
+        id,
+    })
+}
+
 /// An event row's own columns (`ev_position`, `ev_cursor`, `ev_kind`,
 /// `ev_state`, `ev_at`), as an event of `proposal` (read from the same row).
 pub(crate) fn event_from_row(row: &impl Columns, proposal: Proposal) -> Result<Event> {

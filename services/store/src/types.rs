@@ -29,6 +29,25 @@ pub struct NewApiKey {
     pub agent: bool,
 }
 
+impl NewApiKey {
+    /// A fresh key (random id and secret) and the name it is stored under:
+    /// `name`, or the role and the id's first characters when none is given.
+    pub(crate) fn mint(&self) -> (countersign_domain::api_key::MintedKey, String) {
+        use rand::RngCore;
+        let mut id = [0u8; 8];
+        let mut secret = [0u8; 32];
+        rand::rng().fill_bytes(&mut id);
+        rand::rng().fill_bytes(&mut secret);
+        let minted = countersign_domain::api_key::mint(id, secret);
+        let name = if self.name.is_empty() {
+            format!("{}-{}", self.role, &minted.id[..6])
+        } else {
+            self.name.clone()
+        };
+        (minted, name)
+    }
+}
+
 /// The admin key created on first start.
 #[derive(Debug, Clone)]
 pub struct BootstrapKey {
@@ -84,15 +103,51 @@ pub(crate) fn same_spec_as_earlier(
     )))
 }
 
-/// Why a cancel changed nothing, for a proposal found in `state`, submitted
-/// by `submitted_key`, cancelled by `key` (None: whoever submitted it).
+/// Target `id` as a put stores it now.
+pub(crate) fn new_target(
+    id: &str,
+    status: countersign_domain::TargetStatus,
+    labels: std::collections::BTreeMap<String, String>,
+) -> countersign_domain::Target {
+    countersign_domain::Target {
+        id: id.to_owned(),
+        status,
+        labels,
+        updated_at: crate::now_ms(),
+    }
+}
+
+/// The proposal that holds `spec`'s idempotency key, from the `(id, spec
+/// digest)` read for it: its id if it has the same spec, `AlreadyExists` if
+/// another spec holds the key, `None` if no proposal does.
+pub(crate) fn holder_of_key(
+    spec: &countersign_domain::ProposalSpec,
+    earlier: Option<(String, String)>,
+) -> Result<Option<String>, StoreError> {
+    let Some((earlier_id, earlier_digest)) = earlier else {
+        return Ok(None);
+    };
+    same_spec_as_earlier(
+        &spec.idempotency_key,
+        &earlier_id,
+        &earlier_digest,
+        &spec.digest(),
+    )?;
+    Ok(Some(earlier_id))
+}
+
+/// Why a cancel by `key` (None: whoever submitted it) changed nothing,
+/// from what was `found` of the proposal: its state and submitting key, or
+/// `None` if there is no such proposal.
 pub(crate) fn not_cancelled(
     id: &str,
-    state: &str,
-    submitted_key: Option<&str>,
+    found: Option<(String, Option<String>)>,
     key: Option<&str>,
 ) -> StoreError {
-    if key.is_some() && submitted_key != key {
+    let Some((state, submitted_key)) = found else {
+        return StoreError::NotFound(format!("proposal `{id}`"));
+    };
+    if key.is_some() && submitted_key.as_deref() != key {
         return StoreError::PermissionDenied(format!(
             "proposal {id} was submitted by another key: a coordinator may cancel only the \
              proposals its own key submitted (on-call and admin may cancel any)"
@@ -172,6 +227,18 @@ impl StoreEvent {
             proposal_id: proposal_id.to_owned(),
             kind,
             state,
+        }
+    }
+
+    /// The signal for a batch of SUPPRESSED events just logged (of any
+    /// tenant): it wakes the fan-out, which reads them from the log.
+    pub(crate) fn suppressed() -> StoreEvent {
+        StoreEvent {
+            cursor: None,
+            tenant: String::new(),
+            proposal_id: String::new(),
+            kind: countersign_domain::EventKind::Suppressed,
+            state: countersign_domain::ProposalState::Rejected,
         }
     }
 }

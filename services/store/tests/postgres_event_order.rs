@@ -128,7 +128,10 @@ async fn write(store: DynStore, tenant: String, n: usize) {
             }])
             .await
             .unwrap();
-        store.cancel_proposal(&tenant, &p.id, "done").await.unwrap();
+        store
+            .cancel_proposal(&tenant, &p.id, "done", None)
+            .await
+            .unwrap();
     }
 }
 
@@ -390,7 +393,11 @@ async fn writers_racing_over_the_same_proposals_of_two_tenants_never_deadlock() 
         for key in keys.iter().skip(round % 3).step_by(3) {
             let (store, key) = (store.clone(), key.clone());
             racers.spawn(async move {
-                settled(store.cancel_proposal(&key.tenant, &key.id, "race").await)
+                settled(
+                    store
+                        .cancel_proposal(&key.tenant, &key.id, "race", None)
+                        .await,
+                )
             });
         }
         for half in [keys.iter().rev().collect::<Vec<_>>(), keys.iter().collect()] {

@@ -65,7 +65,7 @@ async fn undecided_pages_through_published_pending_and_reviewing_proposals_of_ev
     ];
     let cancelled = submit(&store, "b", "node-04").await;
     store
-        .cancel_proposal("b", &cancelled.id, "not needed")
+        .cancel_proposal("b", &cancelled.id, "not needed", None)
         .await
         .unwrap();
     store

@@ -2,7 +2,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use countersign_store::{SqliteStore, Store, Synchronous};
+use countersign_store::{Lifecycle, SqliteStore, Synchronous, Tenants};
 
 fn url(dir: &tempfile::TempDir) -> String {
     format!("sqlite://{}", dir.path().join("countersign.db").display())

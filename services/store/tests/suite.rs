@@ -165,7 +165,7 @@ pub async fn a_proposal_is_visible_only_to_its_own_tenant(store: DynStore) {
     assert_eq!(store.get_proposal("a", &p.id).await.unwrap().unwrap(), p);
     assert!(store.get_proposal("b", &p.id).await.unwrap().is_none());
     assert!(matches!(
-        store.cancel_proposal("b", &p.id, "mine now").await,
+        store.cancel_proposal("b", &p.id, "mine now", None).await,
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(
@@ -280,13 +280,13 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
     let p = store.insert_proposal(new_proposal("a", "")).await.unwrap();
     let id = p.proposal().id.clone();
     let cancelled = store
-        .cancel_proposal("a", &id, "changed my mind")
+        .cancel_proposal("a", &id, "changed my mind", None)
         .await
         .unwrap();
     assert_eq!(cancelled.state, ProposalState::Cancelled);
     assert_eq!(cancelled.cancel_reason.as_deref(), Some("changed my mind"));
     assert!(matches!(
-        store.cancel_proposal("a", &id, "again").await,
+        store.cancel_proposal("a", &id, "again", None).await,
         Err(StoreError::FailedPrecondition(_))
     ));
 }
@@ -314,7 +314,7 @@ pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
         async move { store.get_proposal("a", &id).await.unwrap().unwrap().state }
     };
 
-    let denied = store.cancel_proposal_by("a", &mine, "no", Some("k2")).await;
+    let denied = store.cancel_proposal("a", &mine, "no", Some("k2")).await;
     match denied {
         Err(StoreError::PermissionDenied(message)) => {
             assert!(message.contains("another key"), "{message}")
@@ -323,41 +323,35 @@ pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
     }
     assert_eq!(state(mine.clone()).await, ProposalState::Pending);
     let cancelled = store
-        .cancel_proposal_by("a", &mine, "mine", Some("k1"))
+        .cancel_proposal("a", &mine, "mine", Some("k1"))
         .await
         .unwrap();
     assert_eq!(cancelled.state, ProposalState::Cancelled);
     // Once terminal: the owner hears it is too late, another key still may not.
     assert!(matches!(
-        store
-            .cancel_proposal_by("a", &mine, "again", Some("k1"))
-            .await,
+        store.cancel_proposal("a", &mine, "again", Some("k1")).await,
         Err(StoreError::FailedPrecondition(_))
     ));
     assert!(matches!(
-        store
-            .cancel_proposal_by("a", &mine, "again", Some("k2"))
-            .await,
+        store.cancel_proposal("a", &mine, "again", Some("k2")).await,
         Err(StoreError::PermissionDenied(_))
     ));
 
     // No key recorded: only a cancel for anyone's may.
     let unowned = submit(None).await;
     assert!(matches!(
-        store
-            .cancel_proposal_by("a", &unowned, "no", Some("k1"))
-            .await,
+        store.cancel_proposal("a", &unowned, "no", Some("k1")).await,
         Err(StoreError::PermissionDenied(_))
     ));
     store
-        .cancel_proposal_by("a", &unowned, "anyone's", None)
+        .cancel_proposal("a", &unowned, "anyone's", None)
         .await
         .unwrap();
 
     let other = submit(Some("k1")).await;
     for (tenant, id) in [("b", other.as_str()), ("a", "01NOSUCHPROPOSAL")] {
         assert!(matches!(
-            store.cancel_proposal_by(tenant, id, "no", Some("k1")).await,
+            store.cancel_proposal(tenant, id, "no", Some("k1")).await,
             Err(StoreError::NotFound(_))
         ));
     }
@@ -426,7 +420,10 @@ pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_
     let first = store.insert_proposal(new_proposal("a", "")).await.unwrap();
     store.insert_proposal(new_proposal("b", "")).await.unwrap();
     let first = first.proposal().id.clone();
-    store.cancel_proposal("a", &first, "no").await.unwrap();
+    store
+        .cancel_proposal("a", &first, "no", None)
+        .await
+        .unwrap();
 
     let all = store.events_after(0, None, 100).await.unwrap();
     assert_eq!(all.len(), 3);
@@ -525,7 +522,7 @@ async fn interleave(store: &DynStore) -> Vec<countersign_domain::Proposal> {
             .await
             .unwrap();
         store
-            .cancel_proposal("b", b_ids.last().unwrap(), "no")
+            .cancel_proposal("b", b_ids.last().unwrap(), "no", None)
             .await
             .unwrap();
         of_a.push(a);
@@ -1107,6 +1104,38 @@ pub async fn the_audit_log_chains_each_tenants_decisions_in_commit_order(store: 
     );
 }
 
+/// The newest checkpoint of any tenant is the one signed last, whichever
+/// tenant's it is; none before the first.
+pub async fn the_newest_checkpoint_is_the_last_signed_of_any_tenant(store: DynStore) {
+    assert_eq!(store.newest_checkpoint().await.unwrap(), None);
+    for tenant in ["a", "b"] {
+        store.create_tenant(tenant).await.unwrap();
+    }
+    let key = countersign_domain::audit::SigningKey::from_seed([2; 32]);
+    let head = "0".repeat(64);
+    let b = key.sign("b", 1, &head, 6_000);
+    let a = key.sign("a", 1, &head, 5_000);
+    for checkpoint in [&b, &a] {
+        store.save_checkpoint(checkpoint).await.unwrap();
+    }
+    assert_eq!(store.newest_checkpoint().await.unwrap(), Some(b));
+    let a_grown = key.sign("a", 2, &head, 7_000);
+    store.save_checkpoint(&a_grown).await.unwrap();
+    assert_eq!(store.newest_checkpoint().await.unwrap(), Some(a_grown));
+}
+
+/// The store names its backend, and refreshing the planner's statistics
+/// answers how many tables it did (none on SQLite, which plans without
+/// them).
+pub async fn the_store_names_its_backend_and_refreshes_statistics(store: DynStore) {
+    let backend = store.backend();
+    assert!(["sqlite", "postgres"].contains(&backend), "{backend}");
+    let refreshed = store.refresh_statistics().await.unwrap();
+    if backend == "sqlite" {
+        assert_eq!(refreshed, 0);
+    }
+}
+
 /// Appends that overlap (the sequencer, a second process, a drain at stop)
 /// put each decision in the log once, in one unbroken chain per tenant.
 pub async fn overlapping_appends_put_each_decision_in_the_log_once(store: DynStore) {
@@ -1195,7 +1224,7 @@ pub async fn a_decision_is_recorded_once_and_a_late_result_is_discarded(store: D
     assert_eq!(recorded.review_latency_ms, 3);
     assert_eq!(recorded.missing_gates, ["sop"]);
     assert!(matches!(
-        store.cancel_proposal("a", &p.id, "too late").await,
+        store.cancel_proposal("a", &p.id, "too late", None).await,
         Err(StoreError::FailedPrecondition(_))
     ));
     let events = proposal_events(&store, "a", &p.id).await.unwrap();
@@ -1218,7 +1247,10 @@ pub async fn a_decision_is_recorded_once_and_a_late_result_is_discarded(store: D
 pub async fn a_result_after_a_cancel_is_discarded_not_applied(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     let p = reviewing(&store, "a", "user_42").await;
-    store.cancel_proposal("a", &p.id, "stop").await.unwrap();
+    store
+        .cancel_proposal("a", &p.id, "stop", None)
+        .await
+        .unwrap();
     let late = store
         .record_decision("a", &p.id, rejection(&p.spec))
         .await
@@ -1252,7 +1284,7 @@ pub async fn racing_results_and_a_cancel_leave_exactly_one_terminal_state(store:
     }
     let cancel = {
         let (store, id) = (store.clone(), p.id.clone());
-        tokio::spawn(async move { store.cancel_proposal("a", &id, "race").await.is_ok() })
+        tokio::spawn(async move { store.cancel_proposal("a", &id, "race", None).await.is_ok() })
     };
     let mut recorded = 0;
     for racer in racers {
@@ -1716,7 +1748,7 @@ pub async fn subscribers_hear_of_each_change_after_it_commits(store: DynStore) {
         .unwrap()
         .proposal()
         .clone();
-    store.cancel_proposal("a", &p.id, "no").await.unwrap();
+    store.cancel_proposal("a", &p.id, "no", None).await.unwrap();
     let first = changes.recv().await.unwrap();
     assert_eq!(
         (
@@ -1837,6 +1869,8 @@ macro_rules! every_store_test {
             the_audit_log_chains_each_tenants_decisions_in_commit_order,
             overlapping_appends_put_each_decision_in_the_log_once,
             a_time_window_finds_decisions_committed_out_of_time_order,
+            the_newest_checkpoint_is_the_last_signed_of_any_tenant,
+            the_store_names_its_backend_and_refreshes_statistics,
         );
     };
 }

@@ -11,7 +11,7 @@ use std::{
 
 use countersign_domain::ProposalSpec;
 use countersign_store::sqlite::Migrations;
-use countersign_store::{DynStore, NewProposal, PostgresStore, SqliteStore, Store};
+use countersign_store::{DynStore, Lifecycle, NewProposal, PostgresStore, SqliteStore};
 use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, PgConnection};

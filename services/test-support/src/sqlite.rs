@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use countersign_store::{SqliteStore, Store};
+use countersign_store::{Lifecycle, SqliteStore};
 use tempfile::TempDir;
 
 /// A database file in a temporary directory, removed with it.

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use countersign_domain::EventKind;
 use countersign_peers::{PeerMessage, PeerSignal, Peers};
-use countersign_store::{DynStore, StoreEvent};
+use countersign_store::{EventLog, StoreEvent};
 use tokio::{
     sync::broadcast::{
         self,
@@ -26,7 +26,7 @@ const BACKOFF: Duration = Duration::from_millis(500);
 /// after that read, and a pump that took its start later could begin past the
 /// decision and never publish it (the call would then wait out its deadline).
 /// Retries while the log cannot be read.
-pub async fn live_position(store: &DynStore) -> u64 {
+pub async fn live_position(store: &dyn EventLog) -> u64 {
     loop {
         match store.event_horizon(None).await {
             Ok(horizon) => return horizon.latest,
@@ -43,7 +43,7 @@ pub async fn live_position(store: &DynStore) -> u64 {
 /// wakes it at once, not at the next tick.
 pub fn spawn_pump(
     fanout: Fanout,
-    store: DynStore,
+    store: Arc<dyn EventLog>,
     config: WatchConfig,
     peers: Option<Arc<dyn Peers>>,
     position: u64,
@@ -53,7 +53,7 @@ pub fn spawn_pump(
 
 async fn run(
     fanout: Fanout,
-    store: DynStore,
+    store: Arc<dyn EventLog>,
     config: WatchConfig,
     peers: Option<Arc<dyn Peers>>,
     mut position: u64,
@@ -84,11 +84,11 @@ async fn run(
             }
             _ = tick.tick() => {}
             _ = prune.tick() => {
-                prune_expired(&store, config.retention).await;
+                prune_expired(&*store, config.retention).await;
                 continue;
             }
         }
-        position = drain(&fanout, &store, position).await;
+        position = drain(&fanout, &*store, position).await;
     }
 }
 
@@ -153,7 +153,7 @@ async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bo
 
 /// Publishes every event after log position `position`, in order; returns
 /// the new position.
-async fn drain(fanout: &Fanout, store: &DynStore, mut position: u64) -> u64 {
+async fn drain(fanout: &Fanout, store: &dyn EventLog, mut position: u64) -> u64 {
     loop {
         match store.events_after(position, None, PAGE).await {
             Ok(events) => {
@@ -175,7 +175,7 @@ async fn drain(fanout: &Fanout, store: &DynStore, mut position: u64) -> u64 {
     }
 }
 
-async fn prune_expired(store: &DynStore, retention: Duration) {
+async fn prune_expired(store: &dyn EventLog, retention: Duration) {
     let cutoff = countersign_domain::now_ms()
         .saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
     match store.prune_events(cutoff).await {

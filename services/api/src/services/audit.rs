@@ -1,7 +1,7 @@
 //! `countersign.v1.AuditService`: the tenant's decision log for auditors and
 //! admins — query, verify, checkpoints.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use countersign_domain::{
     Permission,
@@ -20,7 +20,7 @@ use countersign_proto::{
         audit_service_server::AuditService,
     },
 };
-use countersign_store::{DynStore, Result as StoreResult, StoreError};
+use countersign_store::{AuditLog, DynStore, Result as StoreResult, StoreError};
 use tonic::{Request, Response, Status};
 
 use crate::context::{Caller, require_id};
@@ -31,12 +31,12 @@ const VERIFY_PAGE: u32 = 10_000;
 const READ_AHEAD: usize = 2;
 
 pub struct AuditApi {
-    store: DynStore,
+    store: Arc<dyn AuditLog>,
     key: Option<SigningKey>,
 }
 
 impl AuditApi {
-    pub fn new(store: DynStore, key: Option<SigningKey>) -> Self {
+    pub fn new(store: Arc<dyn AuditLog>, key: Option<SigningKey>) -> Self {
         AuditApi { store, key }
     }
 
@@ -49,7 +49,7 @@ impl AuditApi {
 
 /// Recomputes a tenant's chain from its stored entries.
 pub async fn verify_log(
-    store: &DynStore,
+    store: &Arc<dyn AuditLog>,
     tenant: &str,
     verifier: Verifier,
 ) -> StoreResult<Verification> {
@@ -149,7 +149,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// log has not grown since the newest one: that one is answered instead (a
 /// refresh of an unchanged log stores nothing).
 pub async fn sign_checkpoint(
-    store: &DynStore,
+    store: &dyn AuditLog,
     key: &SigningKey,
     tenant: &str,
 ) -> StoreResult<Checkpoint> {
@@ -190,7 +190,7 @@ pub async fn checkpoint_periodically(
             };
             match grown.await {
                 Ok(false) => {}
-                Ok(true) => match sign_checkpoint(&store, &key, &tenant.name).await {
+                Ok(true) => match sign_checkpoint(&*store, &key, &tenant.name).await {
                     Ok(c) => tracing::info!(tenant = %c.tenant, size = c.size, "checkpoint signed"),
                     Err(error) => {
                         tracing::warn!(tenant = %tenant.name, %error, "checkpoint failed")
@@ -304,7 +304,7 @@ impl AuditService for AuditApi {
         };
         let checkpoint = match latest {
             Some(checkpoint) => checkpoint,
-            None => sign_checkpoint(&self.store, self.key()?, tenant)
+            None => sign_checkpoint(&*self.store, self.key()?, tenant)
                 .await
                 .or_status()?,
         };

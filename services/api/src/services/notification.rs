@@ -17,7 +17,7 @@ use countersign_proto::{
     convert::event::{heartbeat, notification},
     v1::{Notification, WatchRequest, notification_service_server::NotificationService},
 };
-use countersign_store::DynStore;
+use countersign_store::EventLog;
 use tokio::sync::{
     broadcast::{self, error::RecvError},
     mpsc,
@@ -36,14 +36,14 @@ pub const MAX_PROPOSAL_IDS: usize = 1000;
 const MAX_OPERATOR: usize = 256;
 
 pub struct NotificationApi {
-    store: DynStore,
+    store: Arc<dyn EventLog>,
     fanout: Fanout,
     config: WatchConfig,
     slots: StreamSlots,
 }
 
 impl NotificationApi {
-    pub fn new(store: DynStore, fanout: Fanout, config: WatchConfig) -> Self {
+    pub fn new(store: Arc<dyn EventLog>, fanout: Fanout, config: WatchConfig) -> Self {
         NotificationApi {
             store,
             fanout,
@@ -252,7 +252,7 @@ impl Filter {
 }
 
 struct Watcher {
-    store: DynStore,
+    store: Arc<dyn EventLog>,
     tenant: String,
     agent: bool,
     filter: Filter,

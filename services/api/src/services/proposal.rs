@@ -10,7 +10,7 @@ use countersign_proto::{
         SubmitResponse, proposal_service_server::ProposalService,
     },
 };
-use countersign_store::{DynStore, NewProposal, SubmitOutcome};
+use countersign_store::{NewProposal, Proposals, SubmitOutcome};
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
@@ -37,13 +37,13 @@ fn await_poll() -> std::time::Duration {
 }
 
 pub struct ProposalApi {
-    store: DynStore,
+    store: Arc<dyn Proposals>,
     fanout: Fanout,
     suppression: Arc<Suppression>,
 }
 
 impl ProposalApi {
-    pub fn new(store: DynStore, fanout: Fanout, suppression: Arc<Suppression>) -> Self {
+    pub fn new(store: Arc<dyn Proposals>, fanout: Fanout, suppression: Arc<Suppression>) -> Self {
         ProposalApi {
             store,
             fanout,
@@ -201,7 +201,7 @@ impl ProposalService for ProposalApi {
             .then_some(caller.principal.key_id.as_str());
         let proposal = self
             .store
-            .cancel_proposal_by(&caller.tenant.name, &id, &reason, only_key)
+            .cancel_proposal(&caller.tenant.name, &id, &reason, only_key)
             .await
             .map_err(|e| match e {
                 countersign_store::StoreError::NotFound(_) => not_found(&id),

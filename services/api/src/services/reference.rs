@@ -18,7 +18,7 @@ use countersign_proto::{
         sop_service_server::SopService, target_service_server::TargetService,
     },
 };
-use countersign_store::{DynStore, StoreError};
+use countersign_store::{Reference, StoreError};
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
@@ -31,12 +31,12 @@ use crate::{
 };
 
 pub struct SopApi {
-    store: DynStore,
+    store: Arc<dyn Reference>,
     suppression: Arc<Suppression>,
 }
 
 impl SopApi {
-    pub fn new(store: DynStore, suppression: Arc<Suppression>) -> Self {
+    pub fn new(store: Arc<dyn Reference>, suppression: Arc<Suppression>) -> Self {
         SopApi { store, suppression }
     }
 
@@ -170,12 +170,12 @@ impl SopService for SopApi {
 }
 
 pub struct TargetApi {
-    store: DynStore,
+    store: Arc<dyn Reference>,
     suppression: Arc<Suppression>,
 }
 
 impl TargetApi {
-    pub fn new(store: DynStore, suppression: Arc<Suppression>) -> Self {
+    pub fn new(store: Arc<dyn Reference>, suppression: Arc<Suppression>) -> Self {
         TargetApi { store, suppression }
     }
 }

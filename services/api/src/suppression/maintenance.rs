@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use countersign_domain::now_ms;
-use countersign_store::DynStore;
+use countersign_store::Suppressions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +13,7 @@ use super::{MAX_BREAKER_WINDOW, Suppression, millis};
 /// Runs until `shutdown` is cancelled; flushes once more on the way out.
 pub fn spawn_maintenance(
     suppression: Arc<Suppression>,
-    store: DynStore,
+    store: Arc<dyn Suppressions>,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -33,7 +33,7 @@ pub fn spawn_maintenance(
                 () = shutdown.cancelled() => true,
                 _ = tick.tick() => false,
             };
-            flush(&suppression, &store).await;
+            flush(&suppression, &*store).await;
             match store.breaker_resets(resets_seen).await {
                 Ok(resets) => {
                     for reset in &resets {
@@ -53,7 +53,7 @@ pub fn spawn_maintenance(
     })
 }
 
-async fn flush(suppression: &Suppression, store: &DynStore) {
+async fn flush(suppression: &Suppression, store: &dyn Suppressions) {
     let counts = suppression.take_retries();
     if counts.is_empty() {
         return;

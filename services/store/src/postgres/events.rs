@@ -2,12 +2,13 @@
 //! commit-ordered; see migrations/postgres/0002_review.sql and
 //! 0012_tenant_cursors.sql), its horizons, and its retention.
 
+use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis};
 use sqlx::{PgPool, Row};
 
-use super::{proposals, scope};
+use super::{PostgresStore, scope};
 use crate::{
-    Result,
+    EventLog, Result,
     rows::{Prefixed, decision_from_row},
 };
 
@@ -70,93 +71,8 @@ const DECISION_COLUMNS: [&str; 13] = [
     "review_latency_ms",
 ];
 
-/// With `tenant`, its events after its own cursor `after`; without, every
-/// tenant's after log position `after`.
-#[tracing::instrument(name = "store.postgres.events_after", skip(pool))]
-pub async fn after(
-    pool: &PgPool,
-    after: u64,
-    tenant: Option<&str>,
-    limit: u32,
-) -> Result<Vec<Event>> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let mut tx = match tenant {
-        Some(tenant) => scope::tenant_planned_per_run(pool, tenant).await?,
-        None => scope::system_planned_once(pool).await?,
-    };
-    let sql = events_after_query(tenant.is_some(), limit);
-    let rows = sqlx::query(&sql)
-        .bind(after)
-        .bind(tenant)
-        .fetch_all(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    let mut events = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let mut proposal = proposals::from_row(row)?;
-        let decided: Option<String> = row.try_get("d_proposal_id")?;
-        if proposal.state.is_terminal() && decided.is_some() {
-            proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
-        }
-        events.push(crate::rows::event_from_row(row, proposal)?);
-    }
-    Ok(events)
-}
-
-/// The newest committed cursor (kept by the retention mark once every event
-/// has been pruned) and the mark itself: `tenant`'s, in its own cursors, in
-/// its scope (see migrations/postgres/0012), or the whole log's, in positions.
-pub async fn horizon(pool: &PgPool, tenant: Option<&str>) -> Result<EventHorizon> {
-    let (pruned, newest): (i64, i64) = match tenant {
-        Some(tenant) => {
-            let mut tx = scope::tenant(pool, tenant).await?;
-            let horizon = sqlx::query_as(
-                "SELECT COALESCE((SELECT pruned_through FROM tenant_event_retention
-                                  WHERE tenant = $1), 0),
-                        COALESCE((SELECT latest FROM tenant_event_cursors WHERE tenant = $1), 0)",
-            )
-            .bind(tenant)
-            .fetch_one(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            horizon
-        }
-        None => {
-            let mut tx = scope::system(pool).await?;
-            let horizon = sqlx::query_as(
-                "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
-                        COALESCE((SELECT MAX(cursor) FROM events), 0)",
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            horizon
-        }
-    };
-    Ok(EventHorizon {
-        pruned_through: pruned.max(0) as u64,
-        latest: newest.max(pruned).max(0) as u64,
-    })
-}
-
 /// Events examined per prune (the pump prunes every minute).
 const PRUNE_SLICE: i64 = 50_000;
-
-/// Deletes the oldest events, up to the newest of them committed before
-/// `created_before`, and moves the retention marks (the log's and each
-/// tenant's), a slice per transaction.
-#[tracing::instrument(name = "store.postgres.prune_events", skip(pool))]
-pub async fn prune(pool: &PgPool, created_before: Millis) -> Result<u64> {
-    let mut total = 0;
-    for _ in 0..100 {
-        let deleted = prune_slice(pool, created_before).await?;
-        total += deleted;
-        if deleted == 0 {
-            break;
-        }
-    }
-    Ok(total)
-}
 
 async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     let mut tx = scope::system(pool).await?;
@@ -201,4 +117,94 @@ async fn prune_slice(pool: &PgPool, created_before: Millis) -> Result<u64> {
     .await?;
     tx.commit().await?;
     Ok(deleted as u64)
+}
+
+#[async_trait]
+impl EventLog for PostgresStore {
+    /// With `tenant`, its events after its own cursor `after`; without, every
+    /// tenant's after log position `after`.
+    #[tracing::instrument(name = "store.postgres.events_after", skip(self))]
+    async fn events_after(
+        &self,
+        after: u64,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Event>> {
+        let pool = &self.pool;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let mut tx = match tenant {
+            Some(tenant) => scope::tenant_planned_per_run(pool, tenant).await?,
+            None => scope::system_planned_once(pool).await?,
+        };
+        let sql = events_after_query(tenant.is_some(), limit);
+        let rows = sqlx::query(&sql)
+            .bind(after)
+            .bind(tenant)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut proposal = crate::rows::proposal_from_row(row)?;
+            let decided: Option<String> = row.try_get("d_proposal_id")?;
+            if proposal.state.is_terminal() && decided.is_some() {
+                proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
+            }
+            events.push(crate::rows::event_from_row(row, proposal)?);
+        }
+        Ok(events)
+    }
+
+    /// The newest committed cursor (kept by the retention mark once every event
+    /// has been pruned) and the mark itself: `tenant`'s, in its own cursors, in
+    /// its scope (see migrations/postgres/0012), or the whole log's, in positions.
+    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
+        let pool = &self.pool;
+        let (pruned, newest): (i64, i64) = match tenant {
+            Some(tenant) => {
+                let mut tx = scope::tenant(pool, tenant).await?;
+                let horizon = sqlx::query_as(
+                    "SELECT COALESCE((SELECT pruned_through FROM tenant_event_retention
+                                      WHERE tenant = $1), 0),
+                            COALESCE((SELECT latest FROM tenant_event_cursors WHERE tenant = $1), 0)",
+                )
+                .bind(tenant)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                horizon
+            }
+            None => {
+                let mut tx = scope::system(pool).await?;
+                let horizon = sqlx::query_as(
+                    "SELECT (SELECT pruned_through FROM event_retention WHERE id = 1),
+                            COALESCE((SELECT MAX(cursor) FROM events), 0)",
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                horizon
+            }
+        };
+        Ok(EventHorizon {
+            pruned_through: pruned.max(0) as u64,
+            latest: newest.max(pruned).max(0) as u64,
+        })
+    }
+
+    /// Deletes the oldest events, up to the newest of them committed before
+    /// `created_before`, and moves the retention marks (the log's and each
+    /// tenant's), a slice per transaction.
+    #[tracing::instrument(name = "store.postgres.prune_events", skip(self))]
+    async fn prune_events(&self, created_before: Millis) -> Result<u64> {
+        let mut total = 0;
+        for _ in 0..100 {
+            let deleted = prune_slice(&self.pool, created_before).await?;
+            total += deleted;
+            if deleted == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
 }

@@ -1,9 +1,8 @@
-use countersign_domain::api_key;
-use rand::RngCore;
-use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+use async_trait::async_trait;
+use sqlx::{PgConnection, Row, postgres::PgRow};
 
-use super::scope;
-use crate::{ApiKeyRecord, NewApiKey, Result, StoreError, now_ms, role_from_db};
+use super::{PostgresStore, scope};
+use crate::{ApiKeyRecord, ApiKeys, NewApiKey, Result, StoreError, now_ms, role_from_db};
 
 fn from_row(row: &PgRow) -> Result<ApiKeyRecord> {
     Ok(ApiKeyRecord {
@@ -27,16 +26,7 @@ pub async fn insert(conn: &mut PgConnection, new: NewApiKey) -> Result<(ApiKeyRe
     if exists.is_none() {
         return Err(StoreError::NotFound(format!("tenant `{}`", new.tenant)));
     }
-    let mut id = [0u8; 8];
-    let mut secret = [0u8; 32];
-    rand::rng().fill_bytes(&mut id);
-    rand::rng().fill_bytes(&mut secret);
-    let minted = api_key::mint(id, secret);
-    let name = if new.name.is_empty() {
-        format!("{}-{}", new.role, &minted.id[..6])
-    } else {
-        new.name
-    };
+    let (minted, name) = new.mint();
     let row = sqlx::query(
         "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
@@ -53,66 +43,71 @@ pub async fn insert(conn: &mut PgConnection, new: NewApiKey) -> Result<(ApiKeyRe
     Ok((from_row(&row)?, minted.key))
 }
 
-#[tracing::instrument(name = "store.postgres.create_api_key", skip_all, fields(tenant = %new.tenant))]
-pub async fn create(pool: &PgPool, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
-    let mut tx = scope::tenant(pool, &new.tenant).await?;
-    let created = insert(&mut tx, new).await?;
-    tx.commit().await?;
-    Ok(created)
-}
+#[async_trait]
+impl ApiKeys for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.create_api_key", skip_all, fields(tenant = %new.tenant))]
+    async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
+        let mut tx = scope::tenant(&self.pool, &new.tenant).await?;
+        let created = insert(&mut tx, new).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
 
-/// By key id alone: authentication does not know the tenant yet (system scope).
-#[tracing::instrument(name = "store.postgres.find_api_key", skip(pool))]
-pub async fn find(pool: &PgPool, id: &str) -> Result<Option<ApiKeyRecord>> {
-    let mut tx = scope::system(pool).await?;
-    let row = sqlx::query("SELECT * FROM api_keys WHERE id = $1")
+    /// By key id alone: authentication does not know the tenant yet (system scope).
+    #[tracing::instrument(name = "store.postgres.find_api_key", skip(self))]
+    async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
+        let mut tx = scope::system(&self.pool).await?;
+        let row = sqlx::query("SELECT * FROM api_keys WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    async fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
+        let pool = &self.pool;
+        let mut tx = match tenant {
+            Some(tenant) => scope::tenant(pool, tenant).await?,
+            None => scope::system(pool).await?,
+        };
+        let rows = sqlx::query(
+            "SELECT * FROM api_keys WHERE ($1::text IS NULL OR tenant = $1)
+             ORDER BY tenant, created_at, id",
+        )
+        .bind(tenant)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// By key id: found in the system scope, revoked in its tenant's.
+    #[tracing::instrument(name = "store.postgres.revoke_api_key", skip(self))]
+    async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord> {
+        let mut tx = scope::system(&self.pool).await?;
+        let tenant: Option<String> =
+            sqlx::query_scalar("SELECT tenant FROM api_keys WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(tenant) = tenant else {
+            return Err(StoreError::NotFound(format!("API key `{id}`")));
+        };
+        scope::enter_tenant(&mut tx, &tenant).await?;
+        let row = sqlx::query(
+            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1)
+             WHERE tenant = $2 AND id = $3 RETURNING *",
+        )
+        .bind(now_ms())
+        .bind(&tenant)
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-    tx.commit().await?;
-    row.as_ref().map(from_row).transpose()
-}
-
-pub async fn list(pool: &PgPool, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
-    let mut tx = match tenant {
-        Some(tenant) => scope::tenant(pool, tenant).await?,
-        None => scope::system(pool).await?,
-    };
-    let rows = sqlx::query(
-        "SELECT * FROM api_keys WHERE ($1::text IS NULL OR tenant = $1)
-         ORDER BY tenant, created_at, id",
-    )
-    .bind(tenant)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    rows.iter().map(from_row).collect()
-}
-
-/// By key id: found in the system scope, revoked in its tenant's.
-#[tracing::instrument(name = "store.postgres.revoke_api_key", skip(pool))]
-pub async fn revoke(pool: &PgPool, id: &str) -> Result<ApiKeyRecord> {
-    let mut tx = scope::system(pool).await?;
-    let tenant: Option<String> = sqlx::query_scalar("SELECT tenant FROM api_keys WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(tenant) = tenant else {
-        return Err(StoreError::NotFound(format!("API key `{id}`")));
-    };
-    scope::enter_tenant(&mut tx, &tenant).await?;
-    let row = sqlx::query(
-        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1)
-         WHERE tenant = $2 AND id = $3 RETURNING *",
-    )
-    .bind(now_ms())
-    .bind(&tenant)
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    match row {
-        Some(row) => from_row(&row),
-        None => Err(StoreError::NotFound(format!("API key `{id}`"))),
+        tx.commit().await?;
+        match row {
+            Some(row) => from_row(&row),
+            None => Err(StoreError::NotFound(format!("API key `{id}`"))),
+        }
     }
 }

@@ -24,7 +24,6 @@ mod review;
 pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, candidates_query};
 mod roles;
 mod scope;
-mod statistics;
 mod suppression;
 #[doc(hidden)]
 pub use suppression::REJECTIONS as BREAKER_REJECTIONS;
@@ -33,22 +32,13 @@ mod tenants;
 use std::{str::FromStr, time::Duration};
 
 use async_trait::async_trait;
-use countersign_domain::{
-    Decision, Event, EventHorizon, Millis, Proposal, ProposalSpec, Sop, Target, TargetStatus,
-    audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry},
-    gates::ReviewFacts,
-};
 use sqlx::{
     ConnectOptions, Connection, PgConnection, PgPool,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::broadcast;
 
-use crate::{
-    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
-    RecentRejection, RecordOutcome, Result, ReviewKey, SopInput, Store, StoreError, StoreEvent,
-    SubmitOutcome, Tenant, TenantPolicy,
-};
+use crate::{Changes, Lifecycle, Result, StoreError, StoreEvent};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
@@ -146,7 +136,7 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
+impl Lifecycle for PostgresStore {
     fn backend(&self) -> &'static str {
         "postgres"
     }
@@ -159,230 +149,20 @@ impl Store for PostgresStore {
         roles::check_schema(&mut conn, &MIGRATOR).await
     }
 
-    async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
-        tenants::bootstrap(&self.pool).await
-    }
-
-    async fn create_tenant(&self, name: &str) -> Result<Tenant> {
-        tenants::create(&self.pool, name).await
-    }
-
-    async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
-        tenants::get_one(&self.pool, name).await
-    }
-
-    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        tenants::list(&self.pool).await
-    }
-
-    async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-        tenants::set_policy(&self.pool, name, policy).await
-    }
-
-    async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
-        keys::create(&self.pool, new).await
-    }
-
-    async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
-        keys::find(&self.pool, id).await
-    }
-
-    async fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
-        keys::list(&self.pool, tenant).await
-    }
-
-    async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord> {
-        keys::revoke(&self.pool, id).await
-    }
-
-    async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        let (outcome, event) = self.submitter.submit(new).await?;
-        if let Some(event) = event {
-            self.publish(event);
-        }
-        Ok(outcome)
-    }
-
-    async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-        proposals::get(&self.pool, tenant, id).await
-    }
-
-    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
-        proposals::find_idempotent(&self.pool, tenant, spec).await
-    }
-
-    async fn cancel_proposal_by(
-        &self,
-        tenant: &str,
-        id: &str,
-        reason: &str,
-        key: Option<&str>,
-    ) -> Result<Proposal> {
-        let (proposal, event) = proposals::cancel(&self.pool, tenant, id, reason, key).await?;
-        self.publish(event);
-        Ok(proposal)
-    }
-
-    async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop> {
-        reference::put_sop(&self.pool, tenant, sop).await
-    }
-
-    async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
-        reference::get_sop(&self.pool, tenant, id).await
-    }
-
-    async fn list_sops(
-        &self,
-        tenant: &str,
-        include_retired: bool,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Sop>> {
-        reference::list_sops(&self.pool, tenant, include_retired, after, limit).await
-    }
-
-    async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
-        reference::retire_sop(&self.pool, tenant, id).await
-    }
-
-    async fn put_target(
-        &self,
-        tenant: &str,
-        id: &str,
-        status: TargetStatus,
-        labels: std::collections::BTreeMap<String, String>,
-    ) -> Result<Target> {
-        reference::put_target(&self.pool, tenant, id, status, labels).await
-    }
-
-    async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
-        reference::get_target_in(&self.pool, tenant, id).await
-    }
-
-    async fn list_targets(
-        &self,
-        tenant: &str,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Target>> {
-        reference::list_targets(&self.pool, tenant, after, limit).await
-    }
-
-    async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
-        let (begun, events) = review::begin_many(&self.pool, items).await?;
-        for event in events {
-            self.publish(event);
-        }
-        Ok(begun)
-    }
-
-    async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        review::facts_many(&self.pool, proposals).await
-    }
-
-    async fn record_decisions(
-        &self,
-        items: Vec<(ReviewKey, Decision)>,
-    ) -> Result<Vec<RecordOutcome>> {
-        let (recorded, events) = review::record_many(&self.pool, items).await?;
-        for event in events {
-            self.publish(event);
-        }
-        Ok(recorded)
-    }
-
-    async fn overdue_reviews(
-        &self,
-        started_before: Millis,
-        limit: u32,
-    ) -> Result<Vec<OverdueReview>> {
-        review::overdue(&self.pool, started_before, limit).await
-    }
-
-    async fn events_after(
-        &self,
-        after: u64,
-        tenant: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Event>> {
-        events::after(&self.pool, after, tenant, limit).await
-    }
-
-    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
-        events::horizon(&self.pool, tenant).await
-    }
-
-    async fn prune_events(&self, created_before: Millis) -> Result<u64> {
-        events::prune(&self.pool, created_before).await
-    }
-
+    /// ANALYZEs the tables the service writes fastest that changed enough
+    /// since their last analysis (none while another process does it), on
+    /// the service's clock rather than autovacuum's (see
+    /// migrations/postgres/0009_statistics.sql); returns how many.
+    #[tracing::instrument(name = "store.postgres.refresh_statistics", level = "debug", skip_all)]
     async fn refresh_statistics(&self) -> Result<u64> {
-        statistics::refresh(&self.pool).await
+        let analysed: i32 = sqlx::query_scalar("SELECT countersign_refresh_statistics()")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(analysed).unwrap_or(0))
     }
+}
 
-    async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
-        suppression::record(&self.pool, counts).await?;
-        // Wake the fan-out: the SUPPRESSED events are in the log.
-        self.publish(StoreEvent {
-            cursor: None,
-            tenant: String::new(),
-            proposal_id: String::new(),
-            kind: countersign_domain::EventKind::Suppressed,
-            state: countersign_domain::ProposalState::Rejected,
-        });
-        Ok(())
-    }
-
-    async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()> {
-        suppression::reset(&self.pool, tenant, operator).await
-    }
-
-    async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>> {
-        suppression::resets(&self.pool, since).await
-    }
-
-    async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>> {
-        suppression::rejections(&self.pool, since).await
-    }
-
-    async fn append_audit(&self, limit: u32) -> Result<u64> {
-        audit::append(&self.pool, limit).await
-    }
-
-    async fn list_audit(
-        &self,
-        tenant: &str,
-        filter: &AuditFilter,
-        before: Option<u64>,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>> {
-        audit::list(&self.pool, tenant, filter, before, limit).await
-    }
-
-    async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
-        audit::get(&self.pool, tenant, proposal_id).await
-    }
-
-    async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>> {
-        audit::range(&self.pool, tenant, after, limit).await
-    }
-
-    async fn audit_head(&self, tenant: &str) -> Result<(u64, String)> {
-        audit::head(&self.pool, tenant).await
-    }
-
-    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
-        audit::save_checkpoint(&self.pool, checkpoint).await
-    }
-
-    async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
-        audit::latest_checkpoint(&self.pool, tenant).await
-    }
-
-    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
-        audit::newest_checkpoint(&self.pool).await
-    }
-
+impl Changes for PostgresStore {
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.events.subscribe()
     }

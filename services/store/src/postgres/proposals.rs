@@ -1,32 +1,11 @@
+use async_trait::async_trait;
 use countersign_domain::{Proposal, ProposalSpec, ProposalState};
-use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+use sqlx::{PgConnection, PgPool};
 
-use super::{review, scope};
-use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
+use super::{PostgresStore, review, scope};
+use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
-pub fn from_row(row: &PgRow) -> Result<Proposal> {
-    let id: String = row.try_get("id")?;
-    let spec_json: String = row.try_get("spec_json")?;
-    let spec = serde_json::from_str(&spec_json)
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
-    let state: String = row.try_get("state")?;
-    let state = state
-        .parse::<ProposalState>()
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
-    let suppressed: i64 = row.try_get("suppressed_retries")?;
-    Ok(Proposal {
-        tenant: row.try_get("tenant")?,
-        spec,
-        state,
-        submitted_by: row.try_get("submitted_by")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        decision: None,
-        suppressed_retries: suppressed.max(0) as u64,
-        cancel_reason: row.try_get("cancel_reason")?,
-        id,
-    })
-}
+use crate::rows::proposal_from_row;
 
 /// A proposal by its key (every `GetProposal` and `AwaitDecision`).
 #[doc(hidden)]
@@ -41,7 +20,7 @@ pub async fn fetch(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Op
         .fetch_optional(&mut *conn)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let mut proposal = from_row(&row)?;
+    let mut proposal = proposal_from_row(&row)?;
     if proposal.state.is_terminal() {
         proposal.decision = review::decision_of(conn, tenant, id).await?;
     }
@@ -154,90 +133,82 @@ pub async fn insert_one(
     Ok(inserted)
 }
 
-#[tracing::instrument(name = "store.postgres.get_proposal", skip(pool))]
-pub async fn get(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Proposal>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let proposal = fetch(&mut tx, tenant, id).await?;
-    tx.commit().await?;
-    Ok(proposal)
-}
-
-/// The earlier proposal holding `spec`'s idempotency key (see
-/// `Store::find_idempotent`).
-#[tracing::instrument(name = "store.postgres.find_idempotent", skip(pool, spec))]
-pub async fn find_idempotent(
-    pool: &PgPool,
-    tenant: &str,
-    spec: &ProposalSpec,
-) -> Result<Option<Proposal>> {
-    if spec.idempotency_key.is_empty() {
-        return Ok(None);
-    }
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let earlier: Option<(String, String)> = sqlx::query_as(
-        "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
-    )
-    .bind(tenant)
-    .bind(&spec.idempotency_key)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((earlier_id, earlier_digest)) = earlier else {
-        return Ok(None);
-    };
-    crate::types::same_spec_as_earlier(
-        &spec.idempotency_key,
-        &earlier_id,
-        &earlier_digest,
-        &spec.digest(),
-    )?;
-    let proposal = fetch(&mut tx, tenant, &earlier_id).await?;
-    tx.commit().await?;
-    Ok(proposal)
-}
-
-#[tracing::instrument(name = "store.postgres.cancel_proposal", skip(pool, reason))]
-pub async fn cancel(
-    pool: &PgPool,
-    tenant: &str,
-    id: &str,
-    reason: &str,
-    key: Option<&str>,
-) -> Result<(Proposal, StoreEvent)> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let row = sqlx::query(
-        "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
-         WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing')
-           AND ($5::text IS NULL OR submitted_key = $5)
-         RETURNING *",
-    )
-    .bind(reason)
-    .bind(now_ms())
-    .bind(tenant)
-    .bind(id)
-    .bind(key)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(row) = row {
-        let proposal = from_row(&row)?;
+#[async_trait]
+impl Proposals for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.get_proposal", skip(self))]
+    async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let proposal = fetch(&mut tx, tenant, id).await?;
         tx.commit().await?;
-        return Ok((
-            proposal,
-            StoreEvent::changed_to(tenant, id, ProposalState::Cancelled),
-        ));
+        Ok(proposal)
     }
-    let current: Option<(String, Option<String>)> =
-        sqlx::query_as("SELECT state, submitted_key FROM proposals WHERE tenant = $1 AND id = $2")
-            .bind(tenant)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some((state, submitted_key)) = current else {
-        return Err(StoreError::NotFound(format!("proposal `{id}`")));
-    };
-    Err(crate::types::not_cancelled(
-        id,
-        &state,
-        submitted_key.as_deref(),
-        key,
-    ))
+
+    /// The earlier proposal holding `spec`'s idempotency key (see
+    /// `Store::find_idempotent`).
+    #[tracing::instrument(name = "store.postgres.find_idempotent", skip(self, spec))]
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        if spec.idempotency_key.is_empty() {
+            return Ok(None);
+        }
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let earlier: Option<(String, String)> = sqlx::query_as(
+            "SELECT id, spec_digest FROM proposals WHERE tenant = $1 AND idempotency_key = $2",
+        )
+        .bind(tenant)
+        .bind(&spec.idempotency_key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(earlier_id) = crate::types::holder_of_key(spec, earlier)? else {
+            return Ok(None);
+        };
+        let proposal = fetch(&mut tx, tenant, &earlier_id).await?;
+        tx.commit().await?;
+        Ok(proposal)
+    }
+
+    #[tracing::instrument(name = "store.postgres.cancel_proposal", skip(self, reason))]
+    async fn cancel_proposal(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let row = sqlx::query(
+            "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
+             WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing')
+               AND ($5::text IS NULL OR submitted_key = $5)
+             RETURNING *",
+        )
+        .bind(reason)
+        .bind(now_ms())
+        .bind(tenant)
+        .bind(id)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(row) = row {
+            let proposal = proposal_from_row(&row)?;
+            tx.commit().await?;
+            self.publish(StoreEvent::changed_to(tenant, id, ProposalState::Cancelled));
+            return Ok(proposal);
+        }
+        let current: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT state, submitted_key FROM proposals WHERE tenant = $1 AND id = $2",
+        )
+        .bind(tenant)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        Err(crate::types::not_cancelled(id, current, key))
+    }
+
+    async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
+        let (outcome, event) = self.submitter.submit(new).await?;
+        if let Some(event) = event {
+            self.publish(event);
+        }
+        Ok(outcome)
+    }
 }

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use countersign_domain::{Sop, Target, TargetStatus};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
-use super::scope;
-use crate::{Result, SopInput, StoreError, now_ms};
+use super::{PostgresStore, scope};
+use crate::{Reference, Result, SopInput, StoreError, now_ms};
 
 pub(crate) use crate::rows::{sop_from_row, target_from_row};
 
@@ -52,127 +53,6 @@ async fn keep_version(conn: &mut PgConnection, tenant: &str, sop: &Sop) -> Resul
     Ok(())
 }
 
-#[tracing::instrument(name = "store.postgres.put_sop", skip(pool, input), fields(sop = %input.id))]
-pub async fn put_sop(pool: &PgPool, tenant: &str, input: SopInput) -> Result<Sop> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let row = sqlx::query(PUT_SOP)
-        .bind(tenant)
-        .bind(&input.id)
-        .bind(&input.action)
-        .bind(&input.title)
-        .bind(&input.covers)
-        .bind(&input.rollback_path)
-        .bind(input.max_blast_radius.as_str())
-        .bind(serde_json::to_string(&input.selector).expect("labels serialize"))
-        .bind(now_ms())
-        .fetch_one(&mut *tx)
-        .await?;
-    let sop = sop_from_row(&row)?;
-    keep_version(&mut tx, tenant, &sop).await?;
-    tx.commit().await?;
-    Ok(sop)
-}
-
-#[tracing::instrument(name = "store.postgres.retire_sop", skip(pool))]
-pub async fn retire_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Sop> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let retired = sqlx::query(RETIRE_SOP)
-        .bind(tenant)
-        .bind(id)
-        .bind(now_ms())
-        .fetch_optional(&mut *tx)
-        .await?;
-    let sop = match retired {
-        Some(row) => {
-            let sop = sop_from_row(&row)?;
-            keep_version(&mut tx, tenant, &sop).await?;
-            sop
-        }
-        // Already retired (it stays as it is), or no such SOP.
-        None => sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
-            .bind(tenant)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .as_ref()
-            .map(sop_from_row)
-            .transpose()?
-            .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?,
-    };
-    tx.commit().await?;
-    Ok(sop)
-}
-
-pub async fn get_sop(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Sop>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let row = sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
-        .bind(tenant)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    row.as_ref().map(sop_from_row).transpose()
-}
-
-/// A page in id order (byte order, as SQLite's). Ids are never empty, so
-/// `''` is before the first.
-pub async fn list_sops(
-    pool: &PgPool,
-    tenant: &str,
-    include_retired: bool,
-    after: Option<&str>,
-    limit: u32,
-) -> Result<Vec<Sop>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let rows = sqlx::query(
-        "SELECT * FROM sops WHERE tenant = $1 AND ($2 OR NOT retired)
-             AND id COLLATE \"C\" > $3
-         ORDER BY id COLLATE \"C\" LIMIT $4",
-    )
-    .bind(tenant)
-    .bind(include_retired)
-    .bind(after.unwrap_or(""))
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    rows.iter().map(sop_from_row).collect()
-}
-
-#[tracing::instrument(name = "store.postgres.put_target", skip(pool, labels))]
-pub async fn put_target(
-    pool: &PgPool,
-    tenant: &str,
-    id: &str,
-    status: TargetStatus,
-    labels: BTreeMap<String, String>,
-) -> Result<Target> {
-    let target = Target {
-        id: id.to_owned(),
-        status,
-        labels,
-        updated_at: now_ms(),
-    };
-    let mut tx = scope::tenant(pool, tenant).await?;
-    sqlx::query(
-        "INSERT INTO targets (tenant, id, status, labels_json, cluster, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (tenant, id) DO UPDATE SET status = excluded.status,
-             labels_json = excluded.labels_json, cluster = excluded.cluster,
-             updated_at = excluded.updated_at",
-    )
-    .bind(tenant)
-    .bind(id)
-    .bind(status.as_str())
-    .bind(serde_json::to_string(&target.labels).expect("labels serialize"))
-    .bind(target.cluster())
-    .bind(target.updated_at)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(target)
-}
-
 /// A target, read in the caller's transaction (in the tenant's scope).
 pub async fn get_target(conn: &mut PgConnection, tenant: &str, id: &str) -> Result<Option<Target>> {
     sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = $2")
@@ -185,31 +65,150 @@ pub async fn get_target(conn: &mut PgConnection, tenant: &str, id: &str) -> Resu
         .transpose()
 }
 
-pub async fn get_target_in(pool: &PgPool, tenant: &str, id: &str) -> Result<Option<Target>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let target = get_target(&mut tx, tenant, id).await?;
-    tx.commit().await?;
-    Ok(target)
-}
+#[async_trait]
+impl Reference for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.put_sop", skip(self, input), fields(sop = %input.id))]
+    async fn put_sop(&self, tenant: &str, input: SopInput) -> Result<Sop> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let row = sqlx::query(PUT_SOP)
+            .bind(tenant)
+            .bind(&input.id)
+            .bind(&input.action)
+            .bind(&input.title)
+            .bind(&input.covers)
+            .bind(&input.rollback_path)
+            .bind(input.max_blast_radius.as_str())
+            .bind(serde_json::to_string(&input.selector).expect("labels serialize"))
+            .bind(now_ms())
+            .fetch_one(&mut *tx)
+            .await?;
+        let sop = sop_from_row(&row)?;
+        keep_version(&mut tx, tenant, &sop).await?;
+        tx.commit().await?;
+        Ok(sop)
+    }
 
-/// A page in id order (byte order, as SQLite's). Ids are never empty, so
-/// `''` is before the first.
-pub async fn list_targets(
-    pool: &PgPool,
-    tenant: &str,
-    after: Option<&str>,
-    limit: u32,
-) -> Result<Vec<Target>> {
-    let mut tx = scope::tenant(pool, tenant).await?;
-    let rows = sqlx::query(
-        "SELECT * FROM targets WHERE tenant = $1 AND id COLLATE \"C\" > $2
-         ORDER BY id COLLATE \"C\" LIMIT $3",
-    )
-    .bind(tenant)
-    .bind(after.unwrap_or(""))
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    rows.iter().map(target_from_row).collect()
+    #[tracing::instrument(name = "store.postgres.retire_sop", skip(self))]
+    async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let retired = sqlx::query(RETIRE_SOP)
+            .bind(tenant)
+            .bind(id)
+            .bind(now_ms())
+            .fetch_optional(&mut *tx)
+            .await?;
+        let sop = match retired {
+            Some(row) => {
+                let sop = sop_from_row(&row)?;
+                keep_version(&mut tx, tenant, &sop).await?;
+                sop
+            }
+            // Already retired (it stays as it is), or no such SOP.
+            None => sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .as_ref()
+                .map(sop_from_row)
+                .transpose()?
+                .ok_or_else(|| StoreError::NotFound(format!("SOP `{id}`")))?,
+        };
+        tx.commit().await?;
+        Ok(sop)
+    }
+
+    async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let row = sqlx::query("SELECT * FROM sops WHERE tenant = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        row.as_ref().map(sop_from_row).transpose()
+    }
+
+    /// A page in id order (byte order, as SQLite's). Ids are never empty, so
+    /// `''` is before the first.
+    async fn list_sops(
+        &self,
+        tenant: &str,
+        include_retired: bool,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Sop>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let rows = sqlx::query(
+            "SELECT * FROM sops WHERE tenant = $1 AND ($2 OR NOT retired)
+                 AND id COLLATE \"C\" > $3
+             ORDER BY id COLLATE \"C\" LIMIT $4",
+        )
+        .bind(tenant)
+        .bind(include_retired)
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(sop_from_row).collect()
+    }
+
+    #[tracing::instrument(name = "store.postgres.put_target", skip(self, labels))]
+    async fn put_target(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TargetStatus,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Target> {
+        let target = crate::types::new_target(id, status, labels);
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        sqlx::query(
+            "INSERT INTO targets (tenant, id, status, labels_json, cluster, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (tenant, id) DO UPDATE SET status = excluded.status,
+                 labels_json = excluded.labels_json, cluster = excluded.cluster,
+                 updated_at = excluded.updated_at",
+        )
+        .bind(tenant)
+        .bind(id)
+        .bind(status.as_str())
+        .bind(serde_json::to_string(&target.labels).expect("labels serialize"))
+        .bind(target.cluster())
+        .bind(target.updated_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(target)
+    }
+
+    async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let target = get_target(&mut tx, tenant, id).await?;
+        tx.commit().await?;
+        Ok(target)
+    }
+
+    /// A page in id order (byte order, as SQLite's). Ids are never empty, so
+    /// `''` is before the first.
+    async fn list_targets(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Target>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let rows = sqlx::query(
+            "SELECT * FROM targets WHERE tenant = $1 AND id COLLATE \"C\" > $2
+             ORDER BY id COLLATE \"C\" LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(target_from_row).collect()
+    }
 }

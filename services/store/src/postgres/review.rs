@@ -4,15 +4,16 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
 };
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, Row};
 
-use super::{proposals, scope, suppression, tenants};
+use super::{PostgresStore, proposals, scope, suppression, tenants};
 use crate::{
-    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, facts,
-    now_ms,
+    BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, Reviews, StoreError, StoreEvent,
+    facts, now_ms,
     recording::{self, Found, Write},
 };
 
@@ -82,52 +83,6 @@ pub const BEGIN_REVIEW: &str =
      WHERE id = $3 AND (tenant, state) IS NOT DISTINCT FROM ($2, 'pending')
      RETURNING *";
 
-/// Starts the reviews of `items` in one transaction; answers in order.
-#[tracing::instrument(name = "store.postgres.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
-pub async fn begin_many(
-    pool: &PgPool,
-    items: &[ReviewKey],
-) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
-    let mut tx = pool.begin().await?;
-    let now = now_ms();
-    let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
-    let mut began = vec![false; items.len()];
-    for (tenant, mut indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
-        scope::enter_tenant(&mut tx, &tenant).await?;
-        // Rows are locked in id order (see `scope::by_tenant`); a proposal
-        // that is not PENDING is not locked, and resumed as it is.
-        indices.sort_by(|&a, &b| items[a].id.cmp(&items[b].id));
-        for i in indices {
-            let id = &items[i].id;
-            let row = sqlx::query(BEGIN_REVIEW)
-                .bind(now)
-                .bind(&tenant)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            out[i] = Some(match row {
-                Some(row) => {
-                    began[i] = true;
-                    BeginReview::Reviewing {
-                        proposal: Box::new(proposals::from_row(&row)?),
-                        started_at: now,
-                        trace_parent: row.try_get("trace_parent")?,
-                    }
-                }
-                None => resume_in(&mut tx, &tenant, id, now).await?,
-            });
-        }
-    }
-    tx.commit().await?;
-    let events = items
-        .iter()
-        .zip(&began)
-        .filter(|(_, began)| **began)
-        .map(|(k, _)| StoreEvent::changed_to(&k.tenant, &k.id, ProposalState::Reviewing))
-        .collect();
-    Ok((out.into_iter().flatten().collect(), events))
-}
-
 /// Every operation that may block one of a batch's proposals (the
 /// parallel-operation gate), in one tenant: open or recently approved, on one
 /// of the batch's targets, or of a wide blast radius, or anywhere in the
@@ -191,161 +146,6 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
          FROM ({}) p LEFT JOIN targets t ON t.tenant = $1 AND t.id = p.target",
         branches.join("\n         UNION ALL ")
     )
-}
-
-/// The facts of a batch of reviews, in one read-only snapshot: per tenant,
-/// its policy, the SOPs of the batch's actions and its targets in one query
-/// each, and the operations that may run in parallel with any of them in one
-/// more. A database error fails the batch (every review is tried again); a
-/// malformed row fails only the reviews that read it.
-#[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
-pub async fn facts_many(pool: &PgPool, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-    let mut tx = pool.begin().await?;
-    // One snapshot, and plans for each batch's own parameters (see
-    // `scope::CUSTOM_PLANS`).
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(&format!("SELECT {}", scope::CUSTOM_PLANS))
-        .execute(&mut *tx)
-        .await?;
-    let mut out = facts::slots(proposals.len());
-    for (tenant, indices) in scope::by_tenant(proposals, |p| p.tenant.as_str()) {
-        scope::enter_tenant(&mut tx, &tenant).await?;
-        let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
-            for i in indices {
-                out[i] = Some(Err(StoreError::NotFound(format!("tenant `{tenant}`"))));
-            }
-            continue;
-        };
-        let actions: Vec<&str> = indices
-            .iter()
-            .map(|&i| proposals[i].spec.action.as_str())
-            .collect();
-        let targets: Vec<&str> = indices
-            .iter()
-            .map(|&i| proposals[i].spec.target.as_str())
-            .collect();
-        let sop_rows = sqlx::query(
-            "SELECT * FROM sops WHERE tenant = $1 AND action = ANY($2) ORDER BY id COLLATE \"C\"",
-        )
-        .bind(&tenant)
-        .bind(&actions)
-        .fetch_all(&mut *tx)
-        .await?;
-        let target_rows = sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
-            .bind(&tenant)
-            .bind(&targets)
-            .fetch_all(&mut *tx)
-            .await?;
-        let now = now_ms();
-        let window_start = now - policy.parallel_window_ms;
-        let gathered = facts::gather(
-            proposals,
-            &indices,
-            policy,
-            now,
-            &sop_rows,
-            &target_rows,
-            &mut out,
-        );
-        if gathered.is_empty() {
-            continue;
-        }
-        let (tenant_wide, clusters) = facts::reach(&gathered);
-        let query = candidates_query(tenant_wide, !clusters.is_empty());
-        let mut candidates = sqlx::query(&query)
-            .bind(&tenant)
-            .bind(&targets)
-            .bind(window_start);
-        if !clusters.is_empty() {
-            candidates = candidates.bind(&clusters);
-        }
-        let rows = candidates.fetch_all(&mut *tx).await?;
-        facts::attach_others(gathered, &rows, &mut out);
-    }
-    tx.commit().await?;
-    Ok(facts::finish(out))
-}
-
-/// Records many decisions in one transaction, a few statements per tenant
-/// whatever the batch size; answers in order. What becomes of each result is
-/// the domain's rule (`recording::plan`), applied to the proposals as they
-/// are in this transaction: late results are logged and dropped, approvals
-/// whose SOP or target moved are stale. The proposals are row-locked, so a
-/// concurrent decision or cancel of the same proposal is seen, never
-/// overwritten.
-///
-/// Two phases, for the event log's lock (migrations/postgres/0010): first
-/// every tenant's rows are locked and its decisions prepared; then the states
-/// change and, last, the decisions are written, each drawing its commit order
-/// under that lock, which the transaction therefore takes only once it holds
-/// every row lock, and holds for as few statements as it can.
-#[tracing::instrument(name = "store.postgres.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
-pub async fn record_many(
-    pool: &PgPool,
-    items: Vec<(ReviewKey, Decision)>,
-) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
-    let mut tx = pool.begin().await?;
-    let now = now_ms();
-    let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
-    let mut scoped = scope::TenantScope::default();
-    let mut prepared = Vec::new();
-    for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
-        scoped.enter(&mut tx, &tenant).await?;
-        let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
-        let found = lock_tenant(&mut tx, &tenant, &group).await?;
-        let plan = recording::plan(group.iter().copied(), |k| found.get(&k.id))?;
-        log_discarded(&mut tx, &tenant, &plan, now).await?;
-        for (i, outcome) in indices.into_iter().zip(plan.outcomes) {
-            out[i] = Some(outcome);
-        }
-        if !plan.writes.is_empty() {
-            prepared.push((tenant, plan.writes));
-        }
-    }
-    for (tenant, writes) in &prepared {
-        scoped.enter(&mut tx, tenant).await?;
-        change_states(&mut tx, tenant, writes, now).await?;
-    }
-    for (tenant, writes) in &prepared {
-        scoped.enter(&mut tx, tenant).await?;
-        insert_decisions(&mut tx, writes).await?;
-    }
-    // Breakers last: read under the event log's lock (so a rejection another
-    // transaction committed first is counted), and their events go after the
-    // rejections' own.
-    let mut tripped = Vec::new();
-    for (tenant, writes) in &prepared {
-        let rejected: Vec<(&str, &str)> = writes
-            .iter()
-            .filter(|w| w.rejects())
-            .map(|w| (w.key.id.as_str(), w.operator.as_str()))
-            .collect();
-        if rejected.is_empty() {
-            continue;
-        }
-        scoped.enter(&mut tx, tenant).await?;
-        let ids = suppression::trips(&mut tx, tenant, &rejected, now).await?;
-        if !ids.is_empty() {
-            tripped.push((tenant, ids));
-        }
-    }
-    if !tripped.is_empty() {
-        scope::write_pending_events(&mut tx).await?;
-        for (tenant, ids) in &tripped {
-            scoped.enter(&mut tx, tenant).await?;
-            suppression::log_trips(&mut tx, tenant, ids, now).await?;
-        }
-    }
-    let events: Vec<StoreEvent> = items
-        .iter()
-        .zip(&out)
-        .filter(|(_, o)| matches!(o, Some(RecordOutcome::Recorded)))
-        .map(|((k, d), _)| StoreEvent::changed_to(&k.tenant, &k.id, d.outcome.state()))
-        .collect();
-    tx.commit().await?;
-    Ok((out.into_iter().flatten().collect(), events))
 }
 
 /// An approved proposal's id, its cited SOP's version and retired flag, and
@@ -515,30 +315,217 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Resu
     Ok(())
 }
 
-#[tracing::instrument(name = "store.postgres.overdue_reviews", skip(pool))]
-pub async fn overdue(
-    pool: &PgPool,
-    started_before: Millis,
-    limit: u32,
-) -> Result<Vec<OverdueReview>> {
-    // The janitor looks across tenants: system scope, read only.
-    let mut tx = scope::system(pool).await?;
-    let rows: Vec<(String, String, Millis)> = sqlx::query_as(
-        "SELECT tenant, id, review_started_at FROM proposals
-         WHERE state = 'reviewing' AND review_started_at < $1
-         ORDER BY review_started_at LIMIT $2",
-    )
-    .bind(started_before)
-    .bind(i64::from(limit))
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(rows
-        .into_iter()
-        .map(|(tenant, proposal_id, started_at)| OverdueReview {
-            tenant,
-            proposal_id,
-            started_at,
-        })
-        .collect())
+#[async_trait]
+impl Reviews for PostgresStore {
+    /// Starts the reviews of `items` in one transaction; answers in order.
+    #[tracing::instrument(name = "store.postgres.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
+    async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
+        let mut began = vec![false; items.len()];
+        for (tenant, mut indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
+            scope::enter_tenant(&mut tx, &tenant).await?;
+            // Rows are locked in id order (see `scope::by_tenant`); a proposal
+            // that is not PENDING is not locked, and resumed as it is.
+            indices.sort_by(|&a, &b| items[a].id.cmp(&items[b].id));
+            for i in indices {
+                let id = &items[i].id;
+                let row = sqlx::query(BEGIN_REVIEW)
+                    .bind(now)
+                    .bind(&tenant)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                out[i] = Some(match row {
+                    Some(row) => {
+                        began[i] = true;
+                        BeginReview::Reviewing {
+                            proposal: Box::new(crate::rows::proposal_from_row(&row)?),
+                            started_at: now,
+                            trace_parent: row.try_get("trace_parent")?,
+                        }
+                    }
+                    None => resume_in(&mut tx, &tenant, id, now).await?,
+                });
+            }
+        }
+        tx.commit().await?;
+        for (key, _) in items.iter().zip(&began).filter(|(_, began)| **began) {
+            self.publish(StoreEvent::changed_to(
+                &key.tenant,
+                &key.id,
+                ProposalState::Reviewing,
+            ));
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// The facts of a batch of reviews, in one read-only snapshot: per tenant,
+    /// its policy, the SOPs of the batch's actions and its targets in one query
+    /// each, and the operations that may run in parallel with any of them in one
+    /// more. A database error fails the batch (every review is tried again); a
+    /// malformed row fails only the reviews that read it.
+    #[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
+    async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
+        let mut tx = self.pool.begin().await?;
+        // One snapshot, and plans for each batch's own parameters (see
+        // `scope::CUSTOM_PLANS`).
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&format!("SELECT {}", scope::CUSTOM_PLANS))
+            .execute(&mut *tx)
+            .await?;
+        let mut batch = facts::Batch::new(proposals);
+        for (tenant, indices) in scope::by_tenant(proposals, |p| p.tenant.as_str()) {
+            scope::enter_tenant(&mut tx, &tenant).await?;
+            let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
+                batch.tenant_missing(&tenant, &indices);
+                continue;
+            };
+            let (actions, targets) = batch.keys(&indices);
+            let sop_rows = sqlx::query(
+                "SELECT * FROM sops WHERE tenant = $1 AND action = ANY($2) ORDER BY id COLLATE \"C\"",
+            )
+            .bind(&tenant)
+            .bind(&actions)
+            .fetch_all(&mut *tx)
+            .await?;
+            let target_rows =
+                sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
+                    .bind(&tenant)
+                    .bind(&targets)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows) else {
+                continue;
+            };
+            let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
+            let mut candidates = sqlx::query(&query)
+                .bind(&tenant)
+                .bind(&targets)
+                .bind(gathered.window_start);
+            if !gathered.clusters.is_empty() {
+                candidates = candidates.bind(&gathered.clusters);
+            }
+            let rows = candidates.fetch_all(&mut *tx).await?;
+            batch.attach_others(gathered, &rows);
+        }
+        tx.commit().await?;
+        Ok(batch.finish())
+    }
+
+    /// Records many decisions in one transaction, a few statements per tenant
+    /// whatever the batch size; answers in order. What becomes of each result is
+    /// the domain's rule (`recording::plan`), applied to the proposals as they
+    /// are in this transaction: late results are logged and dropped, approvals
+    /// whose SOP or target moved are stale. The proposals are row-locked, so a
+    /// concurrent decision or cancel of the same proposal is seen, never
+    /// overwritten.
+    ///
+    /// Two phases, for the event log's lock (migrations/postgres/0010): first
+    /// every tenant's rows are locked and its decisions prepared; then the states
+    /// change and, last, the decisions are written, each drawing its commit order
+    /// under that lock, which the transaction therefore takes only once it holds
+    /// every row lock, and holds for as few statements as it can.
+    #[tracing::instrument(name = "store.postgres.insert_decision", level = "debug", skip_all, fields(n = items.len()))]
+    async fn record_decisions(
+        &self,
+        items: Vec<(ReviewKey, Decision)>,
+    ) -> Result<Vec<RecordOutcome>> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_ms();
+        let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
+        let mut scoped = scope::TenantScope::default();
+        let mut prepared = Vec::new();
+        for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
+            scoped.enter(&mut tx, &tenant).await?;
+            let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
+            let found = lock_tenant(&mut tx, &tenant, &group).await?;
+            let plan = recording::plan(group.iter().copied(), |k| found.get(&k.id))?;
+            log_discarded(&mut tx, &tenant, &plan, now).await?;
+            for (i, outcome) in indices.into_iter().zip(plan.outcomes) {
+                out[i] = Some(outcome);
+            }
+            if !plan.writes.is_empty() {
+                prepared.push((tenant, plan.writes));
+            }
+        }
+        for (tenant, writes) in &prepared {
+            scoped.enter(&mut tx, tenant).await?;
+            change_states(&mut tx, tenant, writes, now).await?;
+        }
+        for (tenant, writes) in &prepared {
+            scoped.enter(&mut tx, tenant).await?;
+            insert_decisions(&mut tx, writes).await?;
+        }
+        // Breakers last: read under the event log's lock (so a rejection another
+        // transaction committed first is counted), and their events go after the
+        // rejections' own.
+        let mut tripped = Vec::new();
+        for (tenant, writes) in &prepared {
+            let rejected: Vec<(&str, &str)> = writes
+                .iter()
+                .filter(|w| w.rejects())
+                .map(|w| (w.key.id.as_str(), w.operator.as_str()))
+                .collect();
+            if rejected.is_empty() {
+                continue;
+            }
+            scoped.enter(&mut tx, tenant).await?;
+            let ids = suppression::trips(&mut tx, tenant, &rejected, now).await?;
+            if !ids.is_empty() {
+                tripped.push((tenant, ids));
+            }
+        }
+        if !tripped.is_empty() {
+            scope::write_pending_events(&mut tx).await?;
+            for (tenant, ids) in &tripped {
+                scoped.enter(&mut tx, tenant).await?;
+                suppression::log_trips(&mut tx, tenant, ids, now).await?;
+            }
+        }
+        tx.commit().await?;
+        let recorded = items
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| matches!(o, Some(RecordOutcome::Recorded)));
+        for ((key, decision), _) in recorded {
+            self.publish(StoreEvent::changed_to(
+                &key.tenant,
+                &key.id,
+                decision.outcome.state(),
+            ));
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    #[tracing::instrument(name = "store.postgres.overdue_reviews", skip(self))]
+    async fn overdue_reviews(
+        &self,
+        started_before: Millis,
+        limit: u32,
+    ) -> Result<Vec<OverdueReview>> {
+        // The janitor looks across tenants: system scope, read only.
+        let mut tx = scope::system(&self.pool).await?;
+        let rows: Vec<(String, String, Millis)> = sqlx::query_as(
+            "SELECT tenant, id, review_started_at FROM proposals
+             WHERE state = 'reviewing' AND review_started_at < $1
+             ORDER BY review_started_at LIMIT $2",
+        )
+        .bind(started_before)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, proposal_id, started_at)| OverdueReview {
+                tenant,
+                proposal_id,
+                started_at,
+            })
+            .collect())
+    }
 }

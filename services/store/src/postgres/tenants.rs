@@ -1,27 +1,15 @@
+use async_trait::async_trait;
 use countersign_domain::Role;
-use sqlx::{PgConnection, PgPool, Row, postgres::PgRow};
+use sqlx::PgConnection;
 
-use super::{keys, scope};
+use super::{PostgresStore, keys, scope};
+use crate::rows::tenant_from_row;
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, now_ms, validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
+    validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
-
-fn from_row(row: &PgRow) -> Result<Tenant> {
-    Ok(Tenant {
-        name: row.try_get("name")?,
-        created_at: row.try_get("created_at")?,
-        policy: TenantPolicy {
-            parallel_window_ms: row.try_get("parallel_window_ms")?,
-            allow_force_approve_no_sop: row.try_get("allow_force_approve_no_sop")?,
-            breaker_threshold: row
-                .try_get::<i64, _>("breaker_threshold")?
-                .clamp(0, i64::from(u32::MAX)) as u32,
-            breaker_window_ms: row.try_get("breaker_window_ms")?,
-        },
-    })
-}
 
 /// Inserts tenant `name`; the transaction must be in its scope.
 async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
@@ -42,55 +30,11 @@ async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
     .fetch_optional(&mut *conn)
     .await?;
     match row {
-        Some(row) => from_row(&row),
+        Some(row) => tenant_from_row(&row),
         None => Err(StoreError::AlreadyExists(format!(
             "tenant `{name}` already exists"
         ))),
     }
-}
-
-#[tracing::instrument(name = "store.postgres.create_tenant", skip(pool))]
-pub async fn create(pool: &PgPool, name: &str) -> Result<Tenant> {
-    validate_tenant_name(name)?;
-    let mut tx = scope::tenant(pool, name).await?;
-    let tenant = insert(&mut tx, name).await?;
-    tx.commit().await?;
-    Ok(tenant)
-}
-
-#[tracing::instrument(name = "store.postgres.bootstrap", skip_all)]
-pub async fn bootstrap(pool: &PgPool) -> Result<Option<BootstrapKey>> {
-    // System scope for "is the database empty" (it reads every tenant), then
-    // the new tenant's own scope for the writes.
-    let mut tx = scope::system(pool).await?;
-    // Two replicas starting together: one bootstraps, the other sees its tenant.
-    sqlx::query("SELECT pg_advisory_xact_lock(7310291346331862)")
-        .execute(&mut *tx)
-        .await?;
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tenants")
-        .fetch_one(&mut *tx)
-        .await?;
-    if count > 0 {
-        return Ok(None);
-    }
-    scope::enter_tenant(&mut tx, DEFAULT_TENANT).await?;
-    insert(&mut tx, DEFAULT_TENANT).await?;
-    let (record, key) = keys::insert(
-        &mut tx,
-        NewApiKey {
-            tenant: DEFAULT_TENANT.into(),
-            name: "bootstrap-admin".into(),
-            role: Role::Admin,
-            agent: false,
-        },
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(Some(BootstrapKey {
-        tenant: DEFAULT_TENANT.into(),
-        key_id: record.id,
-        key,
-    }))
 }
 
 /// Tenant `name`, read in a transaction of its own or the caller's scope.
@@ -100,49 +44,96 @@ pub async fn get(conn: &mut PgConnection, name: &str) -> Result<Option<Tenant>> 
         .fetch_optional(conn)
         .await?
         .as_ref()
-        .map(from_row)
+        .map(tenant_from_row)
         .transpose()
 }
 
-pub async fn get_one(pool: &PgPool, name: &str) -> Result<Option<Tenant>> {
-    let mut tx = scope::tenant(pool, name).await?;
-    let tenant = get(&mut tx, name).await?;
-    tx.commit().await?;
-    Ok(tenant)
-}
-
-pub async fn list(pool: &PgPool) -> Result<Vec<Tenant>> {
-    let mut tx = scope::system(pool).await?;
-    let rows = sqlx::query("SELECT * FROM tenants ORDER BY name")
-        .fetch_all(&mut *tx)
+#[async_trait]
+impl Tenants for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.bootstrap", skip_all)]
+    async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
+        // System scope for "is the database empty" (it reads every tenant), then
+        // the new tenant's own scope for the writes.
+        let mut tx = scope::system(&self.pool).await?;
+        // Two replicas starting together: one bootstraps, the other sees its tenant.
+        sqlx::query("SELECT pg_advisory_xact_lock(7310291346331862)")
+            .execute(&mut *tx)
+            .await?;
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tenants")
+            .fetch_one(&mut *tx)
+            .await?;
+        if count > 0 {
+            return Ok(None);
+        }
+        scope::enter_tenant(&mut tx, DEFAULT_TENANT).await?;
+        insert(&mut tx, DEFAULT_TENANT).await?;
+        let (record, key) = keys::insert(
+            &mut tx,
+            NewApiKey {
+                tenant: DEFAULT_TENANT.into(),
+                name: "bootstrap-admin".into(),
+                role: Role::Admin,
+                agent: false,
+            },
+        )
         .await?;
-    tx.commit().await?;
-    rows.iter().map(from_row).collect()
-}
-
-#[tracing::instrument(name = "store.postgres.set_tenant_policy", skip(pool))]
-pub async fn set_policy(pool: &PgPool, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-    if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
-        return Err(StoreError::InvalidArgument(
-            "windows must not be negative".into(),
-        ));
+        tx.commit().await?;
+        Ok(Some(BootstrapKey {
+            tenant: DEFAULT_TENANT.into(),
+            key_id: record.id,
+            key,
+        }))
     }
-    let mut tx = scope::tenant(pool, name).await?;
-    let row = sqlx::query(
-        "UPDATE tenants SET parallel_window_ms = $1, allow_force_approve_no_sop = $2,
-             breaker_threshold = $3, breaker_window_ms = $4
-         WHERE name = $5 RETURNING *",
-    )
-    .bind(policy.parallel_window_ms)
-    .bind(policy.allow_force_approve_no_sop)
-    .bind(i64::from(policy.breaker_threshold))
-    .bind(policy.breaker_window_ms)
-    .bind(name)
-    .fetch_optional(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    match row {
-        Some(row) => from_row(&row),
-        None => Err(StoreError::NotFound(format!("tenant `{name}`"))),
+
+    #[tracing::instrument(name = "store.postgres.create_tenant", skip(self))]
+    async fn create_tenant(&self, name: &str) -> Result<Tenant> {
+        validate_tenant_name(name)?;
+        let mut tx = scope::tenant(&self.pool, name).await?;
+        let tenant = insert(&mut tx, name).await?;
+        tx.commit().await?;
+        Ok(tenant)
+    }
+
+    async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
+        let mut tx = scope::tenant(&self.pool, name).await?;
+        let tenant = get(&mut tx, name).await?;
+        tx.commit().await?;
+        Ok(tenant)
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        let mut tx = scope::system(&self.pool).await?;
+        let rows = sqlx::query("SELECT * FROM tenants ORDER BY name")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(tenant_from_row).collect()
+    }
+
+    #[tracing::instrument(name = "store.postgres.set_tenant_policy", skip(self))]
+    async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
+        if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
+            return Err(StoreError::InvalidArgument(
+                "windows must not be negative".into(),
+            ));
+        }
+        let mut tx = scope::tenant(&self.pool, name).await?;
+        let row = sqlx::query(
+            "UPDATE tenants SET parallel_window_ms = $1, allow_force_approve_no_sop = $2,
+                 breaker_threshold = $3, breaker_window_ms = $4
+             WHERE name = $5 RETURNING *",
+        )
+        .bind(policy.parallel_window_ms)
+        .bind(policy.allow_force_approve_no_sop)
+        .bind(i64::from(policy.breaker_threshold))
+        .bind(policy.breaker_window_ms)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        match row {
+            Some(row) => tenant_from_row(&row),
+            None => Err(StoreError::NotFound(format!("tenant `{name}`"))),
+        }
     }
 }

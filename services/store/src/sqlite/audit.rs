@@ -3,15 +3,17 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use countersign_domain::audit::time_index::{self, SequenceWindow};
 use countersign_domain::audit::{AuditEntry, AuditFilter, Checkpoint, StoredEntry, chain};
 use rusqlite::{Connection, OptionalExtension, params, types::Value};
 
+use super::SqliteStore;
 use crate::rows::{
     CheckpointRow, HEAD_COLUMNS, Head, STORED_ENTRY_COLUMNS, checkpoint_from, entry_from_row,
     head_from, record_from_row, stored_entry_from_row,
 };
-use crate::{Result, StoreError};
+use crate::{AuditLog, Result, StoreError};
 
 /// The entries that extend the logs, from one snapshot.
 ///
@@ -353,4 +355,64 @@ pub fn newest_checkpoint(conn: &Connection) -> Result<Option<Checkpoint>> {
         })
         .optional()?;
     Ok(row.map(|(tenant, row)| checkpoint_from(&tenant, row)))
+}
+
+#[async_trait]
+impl AuditLog for SqliteStore {
+    async fn append_audit(&self, limit: u32) -> Result<u64> {
+        loop {
+            let Some(next) = self.read(move |conn| chain_next(conn, limit)).await? else {
+                return Ok(0);
+            };
+            let appended = next.count;
+            if self.write(move |conn| write_next(conn, next)).await? {
+                return Ok(appended);
+            }
+        }
+    }
+
+    async fn list_audit(
+        &self,
+        tenant: &str,
+        filter: &AuditFilter,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        let (tenant, filter) = (tenant.to_owned(), filter.clone());
+        self.read(move |conn| list(conn, &tenant, &filter, before, limit))
+            .await
+    }
+
+    async fn get_audit(&self, tenant: &str, proposal_id: &str) -> Result<Option<AuditEntry>> {
+        let (tenant, proposal_id) = (tenant.to_owned(), proposal_id.to_owned());
+        self.read(move |conn| get(conn, &tenant, &proposal_id))
+            .await
+    }
+
+    async fn audit_range(&self, tenant: &str, after: u64, limit: u32) -> Result<Vec<StoredEntry>> {
+        let tenant = tenant.to_owned();
+        self.read(move |conn| range(conn, &tenant, after, limit))
+            .await
+    }
+
+    async fn audit_head(&self, tenant: &str) -> Result<(u64, String)> {
+        let tenant = tenant.to_owned();
+        self.read(move |conn| head(conn, &tenant)).await
+    }
+
+    async fn save_checkpoint(&self, checkpoint: &Checkpoint) -> Result<Checkpoint> {
+        let checkpoint = checkpoint.clone();
+        self.write(move |conn| save_checkpoint(conn, &checkpoint))
+            .await
+    }
+
+    async fn latest_checkpoint(&self, tenant: &str) -> Result<Option<Checkpoint>> {
+        let tenant = tenant.to_owned();
+        self.read(move |conn| latest_checkpoint(conn, &tenant))
+            .await
+    }
+
+    async fn newest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        self.read(|conn| newest_checkpoint(conn)).await
+    }
 }

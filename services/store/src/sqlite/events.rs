@@ -1,8 +1,11 @@
+use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
 use rusqlite::{Connection, Row, params};
 
-use super::proposals;
-use crate::{Result, StoreError, StoreEvent};
+use super::SqliteStore;
+use tokio::sync::broadcast;
+
+use crate::{Changes, EventLog, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
 pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEvent {
@@ -22,14 +25,14 @@ const AFTER_TENANT: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS e
 
 /// One event row ([`AFTER_ALL`], [`AFTER_TENANT`]) with its proposal.
 fn event_from_row(row: &Row<'_>) -> Result<Event> {
-    crate::rows::event_from_row(row, proposals::from_row(row)?)
+    crate::rows::event_from_row(row, crate::rows::proposal_from_row(row)?)
 }
 
 /// With `tenant`, its events after its own cursor `after`; without, every
 /// tenant's after log position `after`. One read transaction: the decisions
 /// are those of the events' snapshot.
 #[tracing::instrument(name = "store.sqlite.events_after", skip(conn))]
-pub fn after(
+pub fn events_after(
     conn: &mut Connection,
     after: u64,
     tenant: Option<&str>,
@@ -150,6 +153,47 @@ const MARK_PRUNED: &str = "INSERT INTO tenant_event_retention (tenant, pruned_th
      GROUP BY tenant
      ON CONFLICT (tenant) DO UPDATE
      SET pruned_through = MAX(pruned_through, excluded.pruned_through)";
+
+impl Changes for SqliteStore {
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
+    }
+}
+
+#[async_trait]
+impl EventLog for SqliteStore {
+    async fn events_after(
+        &self,
+        after: u64,
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Event>> {
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| events_after(conn, after, tenant.as_deref(), limit))
+            .await
+    }
+
+    async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon> {
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| horizon(conn, tenant.as_deref()))
+            .await
+    }
+
+    async fn prune_events(&self, created_before: Millis) -> Result<u64> {
+        let mut total = 0;
+        // A slice per job: other writes run between them.
+        for _ in 0..PRUNE_SLICES {
+            let deleted = self
+                .write(move |conn| prune_slice(conn, created_before))
+                .await?;
+            total += deleted;
+            if deleted == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,8 @@
-use countersign_domain::api_key;
-use rand::RngCore;
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::{ApiKeyRecord, NewApiKey, Result, StoreError, now_ms, role_from_db};
+use super::SqliteStore;
+use crate::{ApiKeyRecord, ApiKeys, NewApiKey, Result, StoreError, now_ms, role_from_db};
 
 fn from_row(row: &Row<'_>) -> Result<ApiKeyRecord> {
     Ok(ApiKeyRecord {
@@ -26,16 +26,7 @@ pub fn insert(conn: &Connection, new: NewApiKey) -> Result<(ApiKeyRecord, String
     if !exists {
         return Err(StoreError::NotFound(format!("tenant `{}`", new.tenant)));
     }
-    let mut id = [0u8; 8];
-    let mut secret = [0u8; 32];
-    rand::rng().fill_bytes(&mut id);
-    rand::rng().fill_bytes(&mut secret);
-    let minted = api_key::mint(id, secret);
-    let name = if new.name.is_empty() {
-        format!("{}-{}", new.role, &minted.id[..6])
-    } else {
-        new.name
-    };
+    let (minted, name) = new.mint();
     let record = conn
         .prepare_cached(
             "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at)
@@ -79,4 +70,26 @@ pub fn revoke(conn: &Connection, id: &str) -> Result<ApiKeyRecord> {
     .query_row(params![now_ms(), id], |row| Ok(from_row(row)))
     .optional()?
     .unwrap_or_else(|| Err(StoreError::NotFound(format!("API key `{id}`"))))
+}
+
+#[async_trait]
+impl ApiKeys for SqliteStore {
+    async fn create_api_key(&self, new: NewApiKey) -> Result<(ApiKeyRecord, String)> {
+        self.write(move |conn| insert(conn, new)).await
+    }
+
+    async fn find_api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
+        let id = id.to_owned();
+        self.read(move |conn| find(conn, &id)).await
+    }
+
+    async fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
+        let tenant = tenant.map(str::to_owned);
+        self.read(move |conn| list(conn, tenant.as_deref())).await
+    }
+
+    async fn revoke_api_key(&self, id: &str) -> Result<ApiKeyRecord> {
+        let id = id.to_owned();
+        self.write(move |conn| revoke(conn, &id)).await
+    }
 }

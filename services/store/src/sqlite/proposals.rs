@@ -1,34 +1,12 @@
 use std::collections::HashSet;
 
+use async_trait::async_trait;
 use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::events;
-
-use crate::rows::Columns;
-use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
-
-pub fn from_row(row: &impl Columns) -> Result<Proposal> {
-    let id = row.text("id")?;
-    let spec = serde_json::from_str(&row.text("spec_json")?)
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: spec: {e}")))?;
-    let state = row
-        .text("state")?
-        .parse::<ProposalState>()
-        .map_err(|e| StoreError::Corrupt(format!("proposal {id}: {e}")))?;
-    Ok(Proposal {
-        tenant: row.text("tenant")?,
-        spec,
-        state,
-        submitted_by: row.text("submitted_by")?,
-        created_at: row.int("created_at")?,
-        updated_at: row.int("updated_at")?,
-        decision: None,
-        suppressed_retries: row.int("suppressed_retries")?.max(0) as u64,
-        cancel_reason: row.opt_text("cancel_reason")?,
-        id,
-    })
-}
+use super::{SqliteStore, events};
+use crate::rows::proposal_from_row;
+use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
 /// What one submission's insert answers.
 pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
@@ -94,7 +72,7 @@ fn insert_rows(
 pub fn get(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| Ok(from_row(row)))
+        .query_row([tenant, id], |row| Ok(proposal_from_row(row)))
         .optional()?;
     let Some(proposal) = found else {
         return Ok(None);
@@ -193,15 +171,9 @@ pub fn find_idempotent(
             Ok((row.get(0)?, row.get(1)?))
         })
         .optional()?;
-    let Some((earlier_id, earlier_digest)) = earlier else {
+    let Some(earlier_id) = crate::types::holder_of_key(spec, earlier)? else {
         return Ok(None);
     };
-    crate::types::same_spec_as_earlier(
-        &spec.idempotency_key,
-        &earlier_id,
-        &earlier_digest,
-        &spec.digest(),
-    )?;
     get(conn, tenant, &earlier_id)
 }
 
@@ -221,7 +193,7 @@ pub fn cancel(
              RETURNING *",
         )?
         .query_row(params![reason, now_ms(), tenant, id, key], |row| {
-            Ok(from_row(row))
+            Ok(proposal_from_row(row))
         })
         .optional()?;
     if let Some(proposal) = cancelled {
@@ -234,13 +206,58 @@ pub fn cancel(
         .prepare_cached("SELECT state, submitted_key FROM proposals WHERE tenant = ? AND id = ?")?
         .query_row([tenant, id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
-    let Some((state, submitted_key)) = current else {
-        return Err(StoreError::NotFound(format!("proposal `{id}`")));
-    };
-    Err(crate::types::not_cancelled(
-        id,
-        &state,
-        submitted_key.as_deref(),
-        key,
-    ))
+    Err(crate::types::not_cancelled(id, current, key))
+}
+
+#[async_trait]
+impl Proposals for SqliteStore {
+    #[tracing::instrument(
+        name = "store.sqlite.insert_proposal",
+        level = "debug",
+        skip_all,
+        fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
+    )]
+    async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
+        let (outcome, event) = self.submitter.submit(new).await?;
+        self.publish(event);
+        tracing::Span::current().record("proposal_id", outcome.proposal().id.as_str());
+        Ok(outcome)
+    }
+
+    async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
+        if spec.idempotency_key.is_empty() {
+            return Ok(None);
+        }
+        let (tenant, spec) = (tenant.to_owned(), spec.clone());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            find_idempotent(&tx, &tenant, &spec)
+        })
+        .await
+    }
+
+    async fn get_proposal(&self, tenant: &str, id: &str) -> Result<Option<Proposal>> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| {
+            let tx = conn.transaction()?;
+            get(&tx, &tenant, &id)
+        })
+        .await
+    }
+
+    async fn cancel_proposal(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: &str,
+        key: Option<&str>,
+    ) -> Result<Proposal> {
+        let (tenant, id, reason) = (tenant.to_owned(), id.to_owned(), reason.to_owned());
+        let key = key.map(str::to_owned);
+        let (proposal, event) = self
+            .write(move |conn| cancel(conn, &tenant, &id, &reason, key.as_deref()))
+            .await?;
+        self.publish(Some(event));
+        Ok(proposal)
+    }
 }

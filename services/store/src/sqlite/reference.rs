@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use countersign_domain::{Sop, Target, TargetStatus};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::{Result, SopInput, StoreError, now_ms};
+use super::SqliteStore;
+use crate::{Reference, Result, SopInput, StoreError, now_ms};
 
 pub(crate) use crate::rows::{sop_from_row, target_from_row};
 
@@ -130,12 +132,7 @@ pub fn put_target(
     status: TargetStatus,
     labels: BTreeMap<String, String>,
 ) -> Result<Target> {
-    let target = Target {
-        id: id.to_owned(),
-        status,
-        labels,
-        updated_at: now_ms(),
-    };
+    let target = crate::types::new_target(id, status, labels);
     conn.prepare_cached(
         "INSERT OR REPLACE INTO targets (tenant, id, status, labels_json, cluster, updated_at)
          VALUES (?, ?, ?, ?, ?, ?)",
@@ -171,4 +168,62 @@ pub fn list_targets(
         })?
         .map(|row| row?)
         .collect()
+}
+
+#[async_trait]
+impl Reference for SqliteStore {
+    async fn put_sop(&self, tenant: &str, sop: SopInput) -> Result<Sop> {
+        let tenant = tenant.to_owned();
+        self.write(move |conn| put_sop(conn, &tenant, sop)).await
+    }
+
+    async fn get_sop(&self, tenant: &str, id: &str) -> Result<Option<Sop>> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| get_sop(conn, &tenant, &id)).await
+    }
+
+    async fn list_sops(
+        &self,
+        tenant: &str,
+        include_retired: bool,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Sop>> {
+        let (tenant, after) = (tenant.to_owned(), after.map(str::to_owned));
+        self.read(move |conn| list_sops(conn, &tenant, include_retired, after.as_deref(), limit))
+            .await
+    }
+
+    async fn retire_sop(&self, tenant: &str, id: &str) -> Result<Sop> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.write(move |conn| retire_sop(conn, &tenant, &id)).await
+    }
+
+    async fn put_target(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TargetStatus,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Target> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.write(move |conn| put_target(conn, &tenant, &id, status, labels))
+            .await
+    }
+
+    async fn get_target(&self, tenant: &str, id: &str) -> Result<Option<Target>> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| get_target(conn, &tenant, &id)).await
+    }
+
+    async fn list_targets(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Target>> {
+        let (tenant, after) = (tenant.to_owned(), after.map(str::to_owned));
+        self.read(move |conn| list_targets(conn, &tenant, after.as_deref(), limit))
+            .await
+    }
 }

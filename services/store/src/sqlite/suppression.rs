@@ -1,10 +1,12 @@
 //! Suppressed retries and operator breakers.
 
+use async_trait::async_trait;
 use countersign_domain::Millis;
 use rusqlite::{Connection, params};
 
+use super::SqliteStore;
 use crate::{
-    BreakerReset, RecentRejection, Result, ReviewKey, StoreError,
+    BreakerReset, RecentRejection, Result, ReviewKey, StoreError, StoreEvent, Suppressions,
     facts::by_tenant,
     now_ms,
     recording::{Breakers, Write},
@@ -165,6 +167,30 @@ pub fn rejections(conn: &Connection, since: Millis) -> Result<Vec<RecentRejectio
     })?
     .collect::<rusqlite::Result<_>>()
     .map_err(Into::into)
+}
+
+#[async_trait]
+impl Suppressions for SqliteStore {
+    async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
+        self.write(move |conn| record(conn, counts)).await?;
+        // Wake the fan-out: the SUPPRESSED events are in the log.
+        self.publish(Some(StoreEvent::suppressed()));
+        Ok(())
+    }
+
+    async fn reset_breaker(&self, tenant: &str, operator: &str) -> Result<()> {
+        let (tenant, operator) = (tenant.to_owned(), operator.to_owned());
+        self.write(move |conn| reset(conn, &tenant, &operator))
+            .await
+    }
+
+    async fn breaker_resets(&self, since: Millis) -> Result<Vec<BreakerReset>> {
+        self.read(move |conn| resets(conn, since)).await
+    }
+
+    async fn rejections_since(&self, since: Millis) -> Result<Vec<RecentRejection>> {
+        self.read(move |conn| rejections(conn, since)).await
+    }
 }
 
 #[cfg(test)]

@@ -1,25 +1,15 @@
+use async_trait::async_trait;
 use countersign_domain::Role;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use super::keys;
+use super::{SqliteStore, keys};
+use crate::rows::tenant_from_row;
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, now_ms, validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
+    validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
-
-fn from_row(row: &Row<'_>) -> Result<Tenant> {
-    Ok(Tenant {
-        name: row.get("name")?,
-        created_at: row.get("created_at")?,
-        policy: TenantPolicy {
-            parallel_window_ms: row.get("parallel_window_ms")?,
-            allow_force_approve_no_sop: row.get("allow_force_approve_no_sop")?,
-            breaker_threshold: row.get::<_, i64>("breaker_threshold")?.max(0) as u32,
-            breaker_window_ms: row.get("breaker_window_ms")?,
-        },
-    })
-}
 
 #[tracing::instrument(name = "store.sqlite.create_tenant", skip(conn))]
 pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
@@ -40,7 +30,7 @@ pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
             defaults.breaker_threshold,
             defaults.breaker_window_ms
         ],
-        |row| Ok(from_row(row)),
+        |row| Ok(tenant_from_row(row)),
     )
     .optional()?
     .unwrap_or_else(|| {
@@ -76,14 +66,14 @@ pub fn bootstrap(conn: &mut Connection) -> Result<Option<BootstrapKey>> {
 
 pub fn get(conn: &Connection, name: &str) -> Result<Option<Tenant>> {
     conn.prepare_cached("SELECT * FROM tenants WHERE name = ?")?
-        .query_row([name], |row| Ok(from_row(row)))
+        .query_row([name], |row| Ok(tenant_from_row(row)))
         .optional()?
         .transpose()
 }
 
 pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
     conn.prepare_cached("SELECT * FROM tenants ORDER BY name")?
-        .query_map([], |row| Ok(from_row(row)))?
+        .query_map([], |row| Ok(tenant_from_row(row)))?
         .map(|row| row?)
         .collect()
 }
@@ -107,8 +97,35 @@ pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result
             policy.breaker_window_ms,
             name
         ],
-        |row| Ok(from_row(row)),
+        |row| Ok(tenant_from_row(row)),
     )
     .optional()?
     .unwrap_or_else(|| Err(StoreError::NotFound(format!("tenant `{name}`"))))
+}
+
+#[async_trait]
+impl Tenants for SqliteStore {
+    async fn bootstrap(&self) -> Result<Option<BootstrapKey>> {
+        self.write(bootstrap).await
+    }
+
+    async fn create_tenant(&self, name: &str) -> Result<Tenant> {
+        let name = name.to_owned();
+        self.write(move |conn| create(conn, &name)).await
+    }
+
+    async fn get_tenant(&self, name: &str) -> Result<Option<Tenant>> {
+        let name = name.to_owned();
+        self.read(move |conn| get(conn, &name)).await
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        self.read(|conn| list(conn)).await
+    }
+
+    async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
+        let name = name.to_owned();
+        self.write(move |conn| set_policy(conn, &name, policy))
+            .await
+    }
 }

@@ -1,0 +1,35 @@
+//! The store by role: one trait per kind of caller, each in the file of its
+//! name, implemented in the area file of the same name in each backend
+//! (`sqlite/`, `postgres/`). [`Store`] is their sum, for a caller that needs
+//! them all (the composition root, the admin commands); every other caller
+//! takes the narrow trait it uses (an `Arc<dyn Store>` upcasts to any of them).
+
+mod audit;
+mod directory;
+mod events;
+mod lifecycle;
+mod proposals;
+mod reference;
+mod reviews;
+mod suppression;
+
+pub use audit::AuditLog;
+pub use directory::{ApiKeys, Directory, Tenants};
+pub use events::{Changes, EventLog};
+pub use lifecycle::Lifecycle;
+pub use proposals::Proposals;
+pub use reference::Reference;
+pub use reviews::Reviews;
+pub use suppression::Suppressions;
+
+/// Every role of the store: what a backend implements, and what a caller
+/// that needs all of them holds ([`crate::DynStore`]).
+pub trait Store:
+    Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+{
+}
+
+impl<T> Store for T where
+    T: Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+{
+}
