@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use countersign_store::sqlite::Migrations;
-use countersign_test_support::postgres::TestDatabase;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection};
 
 /// Two tenants' entries, in sequence order: decided_at, and the running values
 /// the migration must give them.
@@ -99,15 +97,7 @@ fn the_time_index_of_existing_sqlite_entries_is_filled_in() {
 
 #[tokio::test]
 async fn the_time_index_of_existing_postgres_entries_is_filled_in() {
-    let db = TestDatabase::create().await;
-    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
-    let old = before_time_index("postgres");
-    Migrator::new(old.path())
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
+    let (_db, mut conn) = countersign_test_support::postgres::migrated_before("0008").await;
     // The owner writes like the service does: in each tenant's scope.
     for ((tenant, sequence), (i, entry)) in sequences().into_iter().zip(ENTRIES.iter().enumerate())
     {

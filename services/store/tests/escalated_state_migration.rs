@@ -6,10 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use countersign_store::sqlite::Migrations;
-use countersign_test_support::postgres::TestDatabase;
 use rusqlite::params;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection};
 
 fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
@@ -148,15 +146,7 @@ fn strings(conn: &rusqlite::Connection, query: &str) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn a_postgres_proposal_may_be_escalated_and_existing_rows_survive() {
-    let db = TestDatabase::create().await;
-    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
-    let old = before_escalation("postgres");
-    Migrator::new(old.path())
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
+    let (_db, mut conn) = countersign_test_support::postgres::migrated_before("0016").await;
     // The owner writes like the service does: in the tenant's scope.
     sqlx::query("SELECT set_config('app.tenant_id', 'a', false)")
         .execute(&mut conn)

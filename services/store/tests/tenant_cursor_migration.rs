@@ -12,9 +12,7 @@ use std::{
 use countersign_domain::ProposalSpec;
 use countersign_store::sqlite::Migrations;
 use countersign_store::{DynStore, Lifecycle, NewProposal, PostgresStore, SqliteStore};
-use countersign_test_support::postgres::TestDatabase;
-use sqlx::migrate::Migrator;
-use sqlx::{Connection, PgConnection};
+use sqlx::Connection;
 
 /// The tenant of each event logged before the migration, in cursor order:
 /// cursors 1 to 5. The first two are pruned before it.
@@ -154,15 +152,7 @@ async fn events_logged_before_tenant_cursors_keep_their_cursor_on_sqlite() {
 
 #[tokio::test]
 async fn events_logged_before_tenant_cursors_keep_their_cursor_on_postgres() {
-    let db = TestDatabase::create().await;
-    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
-    let old = before_tenant_cursors("postgres");
-    Migrator::new(old.path())
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
+    let (db, mut conn) = countersign_test_support::postgres::migrated_before("0012").await;
     // The owner writes like the service does: in each tenant's scope, and
     // prunes in the system scope.
     let spec = serde_json::to_string(&spec()).unwrap();

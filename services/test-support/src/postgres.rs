@@ -157,3 +157,19 @@ pub fn migrations_before(backend: &str, version: &str) -> tempfile::TempDir {
     }
     dir
 }
+
+/// A fresh database, migrated by the owner up to (not including) migration
+/// `version`, with the owner's connection to it: where a migration's test
+/// writes the rows that migration must carry over.
+pub async fn migrated_before(version: &str) -> (TestDatabase, PgConnection) {
+    let db = TestDatabase::create().await;
+    let mut conn = PgConnection::connect(&db.owner_url).await.unwrap();
+    let old = migrations_before("postgres", version);
+    sqlx::migrate::Migrator::new(old.path())
+        .await
+        .unwrap()
+        .run(&mut conn)
+        .await
+        .unwrap();
+    (db, conn)
+}
