@@ -23,10 +23,6 @@ fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
-fn before_time_index(backend: &str) -> tempfile::TempDir {
-    countersign_test_support::postgres::migrations_before(backend, "0008")
-}
-
 /// (tenant, sequence) for each entry of ENTRIES.
 fn sequences() -> Vec<(&'static str, i64)> {
     let mut next = std::collections::HashMap::new();
@@ -54,14 +50,7 @@ fn assert_filled(got: &[(i64, i64)]) {
 
 #[test]
 fn the_time_index_of_existing_sqlite_entries_is_filled_in() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = rusqlite::Connection::open(dir.path().join("db")).unwrap();
-    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-    let old = before_time_index("sqlite");
-    Migrations::from_dir(old.path())
-        .unwrap()
-        .run(&mut conn)
-        .unwrap();
+    let (_db, mut conn) = countersign_test_support::sqlite::migrated_before("0008");
     for tenant in ["a", "b"] {
         conn.execute(
             "INSERT INTO tenants (name, created_at) VALUES (?, 0)",

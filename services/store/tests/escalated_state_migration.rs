@@ -13,10 +13,6 @@ fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
-fn before_escalation(backend: &str) -> tempfile::TempDir {
-    countersign_test_support::postgres::migrations_before(backend, "0016")
-}
-
 const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,
      blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at)
      VALUES ($1, 'a', 'db_failover', 'destructive', 'db-01', 'cluster', 'olga', '{}', 'd',
@@ -39,15 +35,7 @@ fn pairs(events: &[(String, String)]) -> Vec<(&str, &str)> {
 
 #[test]
 fn an_sqlite_proposal_may_be_escalated_and_existing_rows_survive() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = rusqlite::Connection::open(dir.path().join("db")).unwrap();
-    // Foreign keys enforced, as the store opens the file.
-    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-    let old = before_escalation("sqlite");
-    Migrations::from_dir(old.path())
-        .unwrap()
-        .run(&mut conn)
-        .unwrap();
+    let (_db, mut conn) = countersign_test_support::sqlite::migrated_before("0016");
     conn.execute("INSERT INTO tenants (name, created_at) VALUES ('a', 0)", [])
         .unwrap();
     for id in ["p-decided", "p-open"] {

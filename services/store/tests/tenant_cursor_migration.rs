@@ -23,10 +23,6 @@ fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
 }
 
-fn before_tenant_cursors(backend: &str) -> tempfile::TempDir {
-    countersign_test_support::postgres::migrations_before(backend, "0012")
-}
-
 /// The shared spec, by the operator the rows below name.
 fn spec() -> ProposalSpec {
     ProposalSpec {
@@ -97,15 +93,7 @@ async fn assert_numbered_on(store: DynStore) {
 
 #[tokio::test]
 async fn events_logged_before_tenant_cursors_keep_their_cursor_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db");
-    let mut conn = rusqlite::Connection::open(&path).unwrap();
-    conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-    let old = before_tenant_cursors("sqlite");
-    Migrations::from_dir(old.path())
-        .unwrap()
-        .run(&mut conn)
-        .unwrap();
+    let (db, mut conn) = countersign_test_support::sqlite::migrated_before("0012");
     for tenant in ["a", "b", "c"] {
         conn.execute(
             "INSERT INTO tenants (name, created_at) VALUES ($1, 0)",
@@ -143,9 +131,7 @@ async fn events_logged_before_tenant_cursors_keep_their_cursor_on_sqlite() {
     assert_eq!(kept, [(3, 3), (4, 4), (5, 5)]);
     drop(conn);
 
-    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    let store = SqliteStore::connect(&db.url()).await.unwrap();
     store.migrate().await.unwrap();
     assert_numbered_on(Arc::new(store)).await;
 }

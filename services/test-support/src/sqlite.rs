@@ -47,3 +47,20 @@ pub async fn store() -> (SqliteStore, TempDir) {
     let store = db.store().await;
     (store, db.dir)
 }
+
+/// A database file of its own, migrated up to (not including) migration
+/// `version`, with a connection to it that enforces foreign keys as the
+/// store does: where a migration's test writes the rows that migration must
+/// carry over.
+pub fn migrated_before(version: &str) -> (SqliteDatabase, rusqlite::Connection) {
+    let db = SqliteDatabase::new();
+    let mut conn = rusqlite::Connection::open(db.path()).expect("open the database file");
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .expect("foreign keys on");
+    let old = crate::postgres::migrations_before("sqlite", version);
+    countersign_store::sqlite::Migrations::from_dir(old.path())
+        .expect("read the migrations")
+        .run(&mut conn)
+        .expect("apply the migrations");
+    (db, conn)
+}

@@ -70,9 +70,22 @@ pub async fn log_trips(
     ids: &[String],
     now: Millis,
 ) -> Result<()> {
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    log_events(conn, "BREAKER_TRIPPED", tenant, &ids, now).await
+}
+
+/// Logs a `kind` event for each of `ids` (of `tenant`, in that order), with
+/// the proposal's state as it is.
+async fn log_events(
+    conn: &mut PgConnection,
+    kind: &str,
+    tenant: &str,
+    ids: &[&str],
+    now: Millis,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
-         SELECT p.tenant, p.id, 'BREAKER_TRIPPED', p.state, $3
+         SELECT p.tenant, p.id, $4, p.state, $3
          FROM unnest($2::text[]) WITH ORDINALITY AS j(id, ord)
          JOIN proposals AS p ON p.tenant = $1 AND p.id = j.id
          ORDER BY j.ord",
@@ -80,6 +93,7 @@ pub async fn log_trips(
     .bind(tenant)
     .bind(ids)
     .bind(now)
+    .bind(kind)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -126,18 +140,7 @@ impl Suppressions for PostgresStore {
         }
         for (tenant, ids, _) in &groups {
             scoped.enter(&mut tx, tenant).await?;
-            sqlx::query(
-                "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
-                 SELECT p.tenant, p.id, 'SUPPRESSED', p.state, $3
-                 FROM unnest($2::text[]) WITH ORDINALITY AS b(id, ord)
-                 JOIN proposals AS p ON p.tenant = $1 AND p.id = b.id
-                 ORDER BY b.ord",
-            )
-            .bind(tenant)
-            .bind(ids)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            log_events(&mut tx, "SUPPRESSED", tenant, ids, now).await?;
         }
         tx.commit().await?;
         // Wake the fan-out: the SUPPRESSED events are in the log.
