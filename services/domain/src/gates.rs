@@ -24,6 +24,10 @@ pub const REVIEW: &str = "review";
 /// reported after the five, always the last gate of a decision, and only on
 /// decisions of proposals that were escalated.
 pub const HUMAN: &str = "human";
+/// A language model's opinion (`crate::model`): reported after the five and
+/// before `human`, only on decisions of proposals a tenant's model profile
+/// sent to a model.
+pub const MODEL: &str = "model";
 
 /// The gates, in the fixed order they run and are reported.
 pub const GATES: [&str; 5] = [

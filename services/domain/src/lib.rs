@@ -13,6 +13,7 @@ pub mod error;
 pub mod escalation;
 pub mod event;
 pub mod gates;
+pub mod model;
 pub mod principal;
 pub mod proposal;
 pub mod reference;

@@ -94,7 +94,7 @@ impl Route {
 /// rule is returned, naming its field.
 pub fn validate_route(input: RouteInput) -> Result<Route, FieldError> {
     validate_sop_id("route.id", &input.id)?;
-    let matcher = validate_match(input.matcher)?;
+    let matcher = validate_match("route", input.matcher)?;
     if input.approvals_required == 0 {
         return Err(FieldError::new(
             "route.approvals_required",
@@ -126,11 +126,13 @@ pub fn validate_route(input: RouteInput) -> Result<Route, FieldError> {
     })
 }
 
-fn validate_match(m: RouteMatch) -> Result<RouteMatch, FieldError> {
-    const FIELD: &str = "route.match.actions";
+/// Checks a match (of a route or a model profile, named by `owner` in the
+/// field of an error) and puts its lists in their fixed order.
+pub(crate) fn validate_match(owner: &str, m: RouteMatch) -> Result<RouteMatch, FieldError> {
+    let field = format!("{owner}.match.actions");
     if m.actions.len() > MAX_ACTION_GLOBS {
         return Err(FieldError::new(
-            FIELD,
+            &field,
             format!("at most {MAX_ACTION_GLOBS} (got {})", m.actions.len()),
         ));
     }
@@ -138,7 +140,7 @@ fn validate_match(m: RouteMatch) -> Result<RouteMatch, FieldError> {
     for glob in m.actions {
         if glob.is_empty() || glob.len() > MAX_ACTION {
             return Err(FieldError::new(
-                FIELD,
+                &field,
                 format!("each must be 1 to {MAX_ACTION} bytes (got {})", glob.len()),
             ));
         }
@@ -147,7 +149,7 @@ fn validate_match(m: RouteMatch) -> Result<RouteMatch, FieldError> {
             .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'*' | b'?'))
         {
             return Err(FieldError::new(
-                FIELD,
+                &field,
                 format!(
                     "`{glob}` may contain only a-z, 0-9, '_', '.', '-' and the wildcards '*' and '?'"
                 ),
@@ -159,11 +161,14 @@ fn validate_match(m: RouteMatch) -> Result<RouteMatch, FieldError> {
     }
     if m.classes.contains(&OperationClass::Read) {
         return Err(FieldError::new(
-            "route.match.classes",
+            format!("{owner}.match.classes"),
             "read operations are never submitted, so never routed",
         ));
     }
-    labels_ok("route.match.target_selector", &m.target_selector)?;
+    labels_ok(
+        &format!("{owner}.match.target_selector"),
+        &m.target_selector,
+    )?;
     let mut classes = m.classes;
     classes.sort_by_key(|c| OperationClass::ALL.iter().position(|x| x == c));
     classes.dedup();
