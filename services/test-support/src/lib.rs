@@ -1,7 +1,7 @@
 //! What the workspace's tests share, so that each fixture has one home:
 //! proposal specs, SOPs and targets ([`fixtures`]), a database of its own per
 //! test on either backend ([`sqlite`], [`postgres`]), a Redis key prefix per
-//! test ([`redis`]) and, with the `app` feature, [`app::TestApp`]: the
+//! test ([`redis`]), a stand-in model provider ([`fake_model`]) and, with the `app` feature, [`app::TestApp`]: the
 //! application as `countersign serve` builds it, on port 0.
 //!
 //! Only ever a dev-dependency. The servers the PostgreSQL and Redis helpers
@@ -10,6 +10,7 @@
 
 #[cfg(feature = "app")]
 pub mod app;
+pub mod fake_model;
 pub mod fixtures;
 pub mod postgres;
 pub mod redis;
