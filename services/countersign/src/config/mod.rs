@@ -66,6 +66,7 @@ pub struct Config {
     pub suppression: SuppressionSection,
     pub outbox: OutboxSection,
     pub audit: AuditSection,
+    pub model: ModelSection,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -210,6 +211,86 @@ pub struct AuditSection {
     pub signing_key_file: Option<PathBuf>,
 }
 
+/// The model endpoints tenants' profiles may name. Set in the TOML file
+/// (`[[model.endpoints]]`); none by default, and then no tenant can turn the
+/// model reviewer on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    pub endpoints: Vec<ModelEndpointSection>,
+}
+
+/// One OpenAI-compatible endpoint. Its key is read at start from the
+/// variable `api_key_env` names or the file `api_key_file` names (neither:
+/// no key), never from this file, and is never printed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEndpointSection {
+    /// What tenants' profiles call it.
+    pub name: String,
+    /// The server, e.g. `http://127.0.0.1:8081` (requests go to
+    /// `/v1/chat/completions` under it).
+    pub base_url: String,
+    pub model: String,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// For one request, its whole answer included.
+    #[serde(with = "duration", default = "model_timeout")]
+    pub timeout: Duration,
+    /// Requests in flight at most.
+    #[serde(default = "model_concurrency")]
+    pub max_concurrency: NonZeroUsize,
+    /// Ask for a JSON object (`response_format`); turn off for a server
+    /// that refuses the field.
+    #[serde(default = "yes")]
+    pub json_mode: bool,
+}
+
+fn model_timeout() -> Duration {
+    secs(60)
+}
+
+fn model_concurrency() -> NonZeroUsize {
+    NonZeroUsize::new(8).expect("non-zero")
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ModelSection {
+    /// The endpoints as the model client takes them; an endpoint with both a
+    /// key variable and a key file is refused.
+    pub fn endpoints(&self) -> anyhow::Result<Vec<countersign_model::EndpointConfig>> {
+        use countersign_model::ApiKey;
+        self.endpoints
+            .iter()
+            .map(|e| {
+                let api_key = match (&e.api_key_env, &e.api_key_file) {
+                    (Some(_), Some(_)) => anyhow::bail!(
+                        "model endpoint `{}`: set api_key_env or api_key_file, not both",
+                        e.name
+                    ),
+                    (Some(var), None) => ApiKey::Env(var.clone()),
+                    (None, Some(path)) => ApiKey::File(path.clone()),
+                    (None, None) => ApiKey::None,
+                };
+                Ok(countersign_model::EndpointConfig {
+                    name: e.name.clone(),
+                    base_url: e.base_url.clone(),
+                    model: e.model.clone(),
+                    api_key,
+                    timeout: e.timeout,
+                    max_concurrency: e.max_concurrency.get(),
+                    json_mode: e.json_mode,
+                })
+            })
+            .collect()
+    }
+}
+
 const fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
@@ -231,6 +312,7 @@ impl Default for Config {
             suppression: SuppressionSection::default(),
             outbox: OutboxSection::default(),
             audit: AuditSection::default(),
+            model: ModelSection::default(),
         }
     }
 }

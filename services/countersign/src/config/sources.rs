@@ -36,6 +36,7 @@ const SECTIONS: &[&str] = &[
     "suppression",
     "outbox",
     "audit",
+    "model",
 ];
 
 const TOP_LEVEL: &[&str] = &["listen", "role", "data_dir"];

@@ -392,3 +392,53 @@ fn zero_where_zero_means_something_is_kept() {
     assert_eq!(config.suppression.capacity, 0);
     assert_eq!(config.review.workers, Some(0));
 }
+
+#[test]
+fn model_endpoints_come_from_the_file_with_their_defaults() {
+    let toml = file(
+        "[[model.endpoints]]\nname = \"local\"\nbase_url = \"http://127.0.0.1:8081\"\n\
+         model = \"llama\"\n\n[[model.endpoints]]\nname = \"hosted\"\n\
+         base_url = \"https://api.example.com/v1\"\nmodel = \"m\"\napi_key_env = \"HOSTED_KEY\"\n\
+         timeout = \"20s\"\nmax_concurrency = 32\njson_mode = false\n",
+    );
+    let config = load_from(Some(toml.path()), Vec::new(), Vec::new()).unwrap();
+    let endpoints = config.model.endpoints().unwrap();
+    assert_eq!(endpoints.len(), 2);
+    assert_eq!(endpoints[0].name, "local");
+    assert_eq!(endpoints[0].timeout, Duration::from_secs(60));
+    assert_eq!(endpoints[0].max_concurrency, 8);
+    assert!(endpoints[0].json_mode);
+    assert_eq!(endpoints[0].api_key, countersign_model::ApiKey::None);
+    assert_eq!(
+        endpoints[1].api_key,
+        countersign_model::ApiKey::Env("HOSTED_KEY".into())
+    );
+    assert_eq!(endpoints[1].timeout, Duration::from_secs(20));
+    assert_eq!(endpoints[1].max_concurrency, 32);
+    assert!(!endpoints[1].json_mode);
+    assert!(Config::default().model.endpoints.is_empty());
+}
+
+#[test]
+fn a_model_endpoint_with_an_unknown_key_or_two_key_sources_is_refused() {
+    let toml = file(
+        "[[model.endpoints]]\nname = \"x\"\nbase_url = \"http://h\"\nmodel = \"m\"\nurl = \"http://h\"\n",
+    );
+    let error = error_of(load_from(Some(toml.path()), Vec::new(), Vec::new()));
+    assert!(error.contains("url"), "{error}");
+    let toml = file(
+        "[[model.endpoints]]\nname = \"x\"\nbase_url = \"http://h\"\nmodel = \"m\"\n\
+         api_key_env = \"K\"\napi_key_file = \"/k\"\n",
+    );
+    let config = load_from(Some(toml.path()), Vec::new(), Vec::new()).unwrap();
+    let error = format!("{:#}", config.model.endpoints().unwrap_err());
+    assert!(error.contains("not both"), "{error}");
+    let toml = file(
+        "[[model.endpoints]]\nname = \"x\"\nbase_url = \"http://h\"\nmodel = \"m\"\nmax_concurrency = 0\n",
+    );
+    let error = error_of(load_from(Some(toml.path()), Vec::new(), Vec::new()));
+    assert!(
+        error.contains("max_concurrency") || error.contains("nonzero") || error.contains("zero"),
+        "{error}"
+    );
+}
