@@ -127,15 +127,22 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Approve only when exactly the five gates ran, in order, and all passed.
-    /// Anything else — a missing, extra, reordered or failed gate — is a rejection.
+    /// Approve only when exactly the five gates ran, in order, and all passed,
+    /// followed by nothing but, where a model reviewed it, a passed `model`
+    /// gate. Anything else — a missing, extra, reordered or failed gate — is a
+    /// rejection.
     pub fn approves(&self) -> bool {
-        self.gates.len() == GATES.len()
-            && self
-                .gates
+        let (five, rest) = self.gates.split_at(self.gates.len().min(GATES.len()));
+        five.len() == GATES.len()
+            && five
                 .iter()
                 .zip(GATES)
                 .all(|(result, name)| result.gate == name && result.passed)
+            && match rest {
+                [] => true,
+                [model] => model.gate == MODEL && model.passed,
+                _ => false,
+            }
     }
 
     pub fn missing_gates(&self) -> Vec<String> {
@@ -144,10 +151,21 @@ impl Verdict {
             .filter(|name| !self.gates.iter().any(|g| g.gate == **name && g.passed))
             .map(|name| (*name).to_owned())
             .collect();
+        if self.gates.iter().any(|g| g.gate == MODEL && !g.passed) {
+            missing.push(MODEL.to_owned());
+        }
         if missing.is_empty() && !self.approves() {
             missing.push(REVIEW.to_owned());
         }
         missing
+    }
+
+    /// This verdict with the model's opinion reported after the five gates.
+    pub fn with_model(&self, model: GateResult) -> Verdict {
+        let mut verdict = self.clone();
+        verdict.gates.retain(|g| g.gate != MODEL);
+        verdict.gates.push(model);
+        verdict
     }
 }
 

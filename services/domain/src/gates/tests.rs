@@ -86,6 +86,40 @@ fn result<'a>(v: &'a Verdict, name: &str) -> &'a GateResult {
     v.gates.iter().find(|g| g.gate == name).unwrap()
 }
 
+fn model_gate(passed: bool) -> GateResult {
+    GateResult {
+        gate: MODEL.into(),
+        passed,
+        detail: if passed { "approve" } else { "unsure" }.into(),
+    }
+}
+
+#[test]
+fn a_passed_model_gate_after_the_five_keeps_an_approval_and_a_failed_one_rejects() {
+    let v = evaluate(&facts());
+    let approved = v.with_model(model_gate(true));
+    assert!(approved.approves(), "{approved:#?}");
+    assert!(approved.missing_gates().is_empty());
+    let unsure = v.with_model(model_gate(false));
+    assert!(!unsure.approves());
+    assert_eq!(unsure.missing_gates(), [MODEL]);
+    // One model gate at most, after the five, replacing an earlier one.
+    assert_eq!(
+        unsure.with_model(model_gate(true)).gates.len(),
+        GATES.len() + 1
+    );
+    assert!(unsure.with_model(model_gate(true)).approves());
+    let mut twice = approved.clone();
+    twice.gates.push(model_gate(true));
+    assert!(!twice.approves());
+    let mut first = approved.clone();
+    first.gates.rotate_right(1);
+    assert!(!first.approves(), "the model gate before the five");
+    let mut other = approved;
+    other.gates[GATES.len()].gate = "human".into();
+    assert!(!other.approves(), "an extra gate that is not the model's");
+}
+
 #[test]
 fn every_gate_passing_approves_and_cites_the_sop() {
     let v = evaluate(&facts());
