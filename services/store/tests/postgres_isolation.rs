@@ -43,6 +43,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             name: String::new(),
             role: Role::Admin,
             agent: false,
+            person: None,
         })
         .await
         .unwrap();
@@ -76,6 +77,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             tenant: tenant.into(),
             spec: spec(),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })

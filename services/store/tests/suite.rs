@@ -58,6 +58,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         tenant: tenant.into(),
         spec: spec(key),
         submitted_by: "tester".into(),
+        submitted_by_person: None,
         trace_parent: None,
         submitted_key: None,
     }
@@ -123,6 +124,7 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
             name: "bot".into(),
             role: Role::Coordinator,
             agent: true,
+            person: None,
         })
         .await
         .unwrap();
@@ -149,6 +151,7 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
             name: String::new(),
             role: Role::Admin,
             agent: false,
+            person: None,
         })
         .await;
     assert!(matches!(missing_tenant, Err(StoreError::NotFound(_))));
@@ -1720,6 +1723,7 @@ pub async fn tenants_and_keys_are_listed_across_tenants_for_administration(store
                 name: String::new(),
                 role: Role::Auditor,
                 agent: false,
+                person: None,
             })
             .await
             .unwrap();

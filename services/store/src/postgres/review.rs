@@ -101,7 +101,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     let mut branches = vec![
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
-             AND state IN ('pending', 'reviewing')"
+             AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
@@ -109,7 +109,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')"
+             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
@@ -121,7 +121,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         branches.extend([
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-                 AND state IN ('pending', 'reviewing')"
+                 AND state IN ('pending', 'reviewing', 'escalated')"
             ),
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND state = 'approved'
@@ -135,7 +135,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
                     p2.decided_at
                  FROM targets t2 JOIN proposals p2 ON p2.tenant = t2.tenant AND p2.target = t2.id
                  WHERE t2.tenant = $1 AND t2.cluster = ANY($4)
-                 AND (p2.state IN ('pending', 'reviewing')
+                 AND (p2.state IN ('pending', 'reviewing', 'escalated')
                       OR (p2.state = 'approved' AND p2.decided_at >= $3))"
                 .to_owned(),
         );
@@ -300,14 +300,15 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Resu
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
              sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-             summary, review_latency_ms)
+             summary, review_latency_ms, route_id, votes_json)
          SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
                 rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
-                review_latency_ms
+                review_latency_ms, route_id, votes_json
          FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
              reason text, agent_message text, sop_id text, sop_version bigint,
              rollback_path text, gates_json text, missing_gates_json text, reviewer text,
-             decided_at bigint, summary text, review_latency_ms bigint)",
+             decided_at bigint, summary text, review_latency_ms bigint, route_id text,
+             votes_json text)",
     )
     .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
@@ -398,7 +399,14 @@ impl Reviews for PostgresStore {
                     .bind(&targets)
                     .fetch_all(&mut *tx)
                     .await?;
-            let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows) else {
+            let route_rows =
+                sqlx::query("SELECT * FROM routes WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
+                    .bind(&tenant)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let Some(gathered) =
+                batch.gather(&indices, policy, &sop_rows, &target_rows, &route_rows)
+            else {
                 continue;
             };
             let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());

@@ -6,20 +6,24 @@
 
 mod audit;
 mod directory;
+mod escalations;
 mod events;
 mod lifecycle;
 mod proposals;
 mod reference;
 mod reviews;
+mod routes;
 mod suppression;
 
 pub use audit::AuditLog;
 pub use directory::{ApiKeys, Directory, Tenants};
+pub use escalations::Escalations;
 pub use events::{Changes, EventLog};
 pub use lifecycle::Lifecycle;
 pub use proposals::Proposals;
 pub use reference::Reference;
 pub use reviews::Reviews;
+pub use routes::Routes;
 pub use suppression::Suppressions;
 
 /// Every role of the store: what a backend implements, and what a caller
