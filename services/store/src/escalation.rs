@@ -84,6 +84,24 @@ impl RouteRow {
     }
 }
 
+/// Creates or replaces a route: `$1` its tenant, `$2` its id, `$3` to `$10`
+/// a [`RouteRow`]'s columns in order, `$11` now. One text for both backends:
+/// SQLite numbers `$N` parameters in the order they first appear, which is N.
+pub(crate) const PUT_ROUTE: &str = "
+INSERT INTO routes (tenant, id, actions_json, classes_json, blast_radii_json,
+    target_selector_json, approvals_required, approver_roles_json, expires_after_ms,
+    escalate_on_json, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (tenant, id) DO UPDATE SET
+    actions_json = excluded.actions_json, classes_json = excluded.classes_json,
+    blast_radii_json = excluded.blast_radii_json,
+    target_selector_json = excluded.target_selector_json,
+    approvals_required = excluded.approvals_required,
+    approver_roles_json = excluded.approver_roles_json,
+    expires_after_ms = excluded.expires_after_ms, escalate_on_json = excluded.escalate_on_json,
+    updated_at = excluded.updated_at
+RETURNING *";
+
 /// A `routes` row.
 pub(crate) fn route_from_row(row: &impl Columns) -> Result<Route> {
     let id = row.text("id")?;
@@ -181,6 +199,14 @@ pub(crate) fn person_key(vote: &Vote) -> String {
 /// The votes as a decision row keeps them: NULL when there are none.
 pub(crate) fn votes_json(votes: &[Vote]) -> Option<String> {
     (!votes.is_empty()).then(|| json!(&votes))
+}
+
+/// A page of `escalations` rows: each one's proposal id, and the escalation.
+pub(crate) fn page<R: Columns>(rows: &[R]) -> Result<(Vec<String>, Vec<Escalation>)> {
+    rows.iter()
+        .map(|row| Ok((row.text("proposal_id")?, escalation_from_row(row)?)))
+        .collect::<Result<Vec<_>>>()
+        .map(|page| page.into_iter().unzip())
 }
 
 /// Escalations as read, each with its proposal (`proposals`, by id) and its

@@ -316,6 +316,40 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Resu
     Ok(())
 }
 
+/// The (id, operator) of each rejection among `writes`: whose breakers they
+/// may trip.
+fn rejected<'a>(writes: &'a [Write<'_>]) -> Vec<(&'a str, &'a str)> {
+    writes
+        .iter()
+        .filter(|w| w.rejects())
+        .map(|w| (w.key.id.as_str(), w.operator.as_str()))
+        .collect()
+}
+
+/// Writes one tenant's decisions, the transaction in its scope and holding
+/// every row lock it will take: the state changes (refused whole if one
+/// moved), then the decisions (the first takes the event log's lock), then
+/// the breaker trips their rejections cause, logged after their events.
+pub(super) async fn write_decisions(
+    conn: &mut PgConnection,
+    tenant: &str,
+    writes: &[Write<'_>],
+    now: Millis,
+) -> Result<()> {
+    change_states(conn, tenant, writes, now).await?;
+    insert_decisions(conn, writes).await?;
+    let rejected = rejected(writes);
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let ids = suppression::trips(conn, tenant, &rejected, now).await?;
+    if !ids.is_empty() {
+        scope::write_pending_events(conn).await?;
+        suppression::log_trips(conn, tenant, &ids, now).await?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Reviews for PostgresStore {
     /// Starts the reviews of `items` in one transaction; answers in order.
@@ -473,11 +507,7 @@ impl Reviews for PostgresStore {
         // rejections' own.
         let mut tripped = Vec::new();
         for (tenant, writes) in &prepared {
-            let rejected: Vec<(&str, &str)> = writes
-                .iter()
-                .filter(|w| w.rejects())
-                .map(|w| (w.key.id.as_str(), w.operator.as_str()))
-                .collect();
+            let rejected = rejected(writes);
             if rejected.is_empty() {
                 continue;
             }

@@ -20,7 +20,7 @@ use crate::escalation::{
     self, Decide, EscalationRow, Found, OwnedBallot, OwnedCaller, escalation_from_row, person_key,
     vote_from_row,
 };
-use crate::rows::{Columns, OwnedRow, proposal_from_row, target_from_row};
+use crate::rows::{OwnedRow, proposal_from_row, target_from_row};
 use crate::{
     EscalationRecord, Escalations, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, Voted,
     now_ms,
@@ -290,14 +290,7 @@ pub fn list(
         page.raw_bind_parameter(4, limit)?;
         OwnedRow::all(&mut page)?
     };
-    let ids = rows
-        .iter()
-        .map(|r| r.text("proposal_id"))
-        .collect::<Result<Vec<_>>>()?;
-    let escalations = rows
-        .iter()
-        .map(escalation_from_row)
-        .collect::<Result<Vec<_>>>()?;
+    let (ids, escalations) = escalation::page(&rows)?;
     let ids_json = serde_json::to_string(&ids).expect("ids serialize");
     let proposals = tx
         .prepare_cached(

@@ -5,23 +5,8 @@ use countersign_domain::escalation::Route;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
-use crate::escalation::{RouteRow, route_from_row};
+use crate::escalation::{PUT_ROUTE, RouteRow, route_from_row};
 use crate::{Result, Routes, StoreError, now_ms};
-
-const PUT_ROUTE: &str = "
-INSERT INTO routes (tenant, id, actions_json, classes_json, blast_radii_json,
-    target_selector_json, approvals_required, approver_roles_json, expires_after_ms,
-    escalate_on_json, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-ON CONFLICT (tenant, id) DO UPDATE SET
-    actions_json = excluded.actions_json, classes_json = excluded.classes_json,
-    blast_radii_json = excluded.blast_radii_json,
-    target_selector_json = excluded.target_selector_json,
-    approvals_required = excluded.approvals_required,
-    approver_roles_json = excluded.approver_roles_json,
-    expires_after_ms = excluded.expires_after_ms, escalate_on_json = excluded.escalate_on_json,
-    updated_at = excluded.updated_at
-RETURNING *";
 
 #[tracing::instrument(name = "store.sqlite.put_route", skip(conn, route), fields(route = %route.id))]
 pub fn put(conn: &Connection, tenant: &str, route: &Route) -> Result<Route> {

@@ -29,11 +29,29 @@ pub use suppression::Suppressions;
 /// Every role of the store: what a backend implements, and what a caller
 /// that needs all of them holds ([`crate::DynStore`]).
 pub trait Store:
-    Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+    Lifecycle
+    + Directory
+    + Proposals
+    + Reference
+    + Reviews
+    + Routes
+    + Escalations
+    + EventLog
+    + Suppressions
+    + AuditLog
 {
 }
 
 impl<T> Store for T where
-    T: Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+    T: Lifecycle
+        + Directory
+        + Proposals
+        + Reference
+        + Reviews
+        + Routes
+        + Escalations
+        + EventLog
+        + Suppressions
+        + AuditLog
 {
 }
