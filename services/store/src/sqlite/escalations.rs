@@ -90,16 +90,29 @@ pub fn open(
     Ok((outcomes, events))
 }
 
+/// The votes on the proposals `?2` (a JSON array) of tenant `?1`, in the
+/// order cast.
+const VOTES_ON: &str = "SELECT * FROM votes
+     WHERE tenant = ?1 AND proposal_id IN (SELECT value FROM json_each(?2)) ORDER BY id";
+
+/// A page of tenant `?1`'s open escalations after (`?2`, `?3`).
+const PAGE: &str = "SELECT * FROM escalations WHERE tenant = ?1 AND closed_at IS NULL
+       AND (opened_at, proposal_id) > (?2, ?3)
+     ORDER BY opened_at, proposal_id LIMIT ?4";
+
+/// The open escalations run out by `?1`, the earliest first.
+const DUE: &str = "SELECT tenant, proposal_id FROM escalations
+     WHERE closed_at IS NULL AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2";
+
+const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM escalations WHERE closed_at IS NULL";
+
 /// The votes on `ids` (a JSON array) of `tenant`, each with its proposal,
 /// in the order cast.
 fn votes_on(conn: &Connection, tenant: &str, ids: &str) -> Result<Vec<(String, Vote)>> {
-    conn.prepare_cached(
-        "SELECT * FROM votes WHERE tenant = ?1 AND proposal_id IN (SELECT value FROM json_each(?2))
-         ORDER BY id",
-    )?
-    .query_map([tenant, ids], |row| Ok(vote_from_row(row)))?
-    .map(|row| row?)
-    .collect()
+    conn.prepare_cached(VOTES_ON)?
+        .query_map([tenant, ids], |row| Ok(vote_from_row(row)))?
+        .map(|row| row?)
+        .collect()
 }
 
 fn escalation_of(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Escalation>> {
@@ -234,10 +247,7 @@ pub fn expire(
     limit: u32,
 ) -> Result<(Vec<ReviewKey>, Vec<StoreEvent>)> {
     let due: Vec<(String, String)> = conn
-        .prepare_cached(
-            "SELECT tenant, proposal_id FROM escalations
-             WHERE closed_at IS NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?",
-        )?
+        .prepare_cached(DUE)?
         .query_map(params![now, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     let (mut keys, mut events) = (Vec::new(), Vec::new());
@@ -279,11 +289,7 @@ pub fn list(
     let tx = conn.transaction()?;
     let (opened_at, id) = after.unwrap_or((Millis::MIN, String::new()));
     let rows = {
-        let mut page = tx.prepare_cached(
-            "SELECT * FROM escalations WHERE tenant = ?1 AND closed_at IS NULL
-               AND (opened_at, proposal_id) > (?2, ?3)
-             ORDER BY opened_at, proposal_id LIMIT ?4",
-        )?;
+        let mut page = tx.prepare_cached(PAGE)?;
         page.raw_bind_parameter(1, tenant)?;
         page.raw_bind_parameter(2, opened_at)?;
         page.raw_bind_parameter(3, &id)?;
@@ -320,7 +326,7 @@ pub fn get(conn: &mut Connection, tenant: &str, id: &str) -> Result<Option<Escal
 
 pub fn next_expiry(conn: &Connection) -> Result<Option<Millis>> {
     Ok(conn
-        .prepare_cached("SELECT MIN(expires_at) FROM escalations WHERE closed_at IS NULL")?
+        .prepare_cached(NEXT_EXPIRY)?
         .query_row([], |r| r.get(0))?)
 }
 
@@ -395,5 +401,50 @@ impl Escalations for SqliteStore {
 
     async fn open_escalations_by_tenant(&self) -> Result<Vec<(String, u64)>> {
         self.read(|conn| open_by_tenant(conn)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sqlite::tests::plan_of;
+
+    /// The steps of `query`'s plan that read `table`.
+    async fn reads(query: &str, table: &str) -> Vec<String> {
+        plan_of(query)
+            .await
+            .into_iter()
+            .filter(|s| s.contains(table))
+            .collect()
+    }
+
+    /// The inbox, the janitor's scan and its timer, and a proposal's votes
+    /// are each one seek: however many escalations closed before them.
+    #[tokio::test]
+    async fn open_escalations_and_votes_are_found_by_index() {
+        let cases = [
+            (
+                super::PAGE,
+                "escalations",
+                "SEARCH escalations USING INDEX escalations_open (tenant=? AND (opened_at,proposal_id)>(?,?))",
+            ),
+            (
+                super::DUE,
+                "escalations",
+                "SEARCH escalations USING INDEX escalations_expiring (expires_at<?)",
+            ),
+            (
+                super::NEXT_EXPIRY,
+                "escalations",
+                "SEARCH escalations USING INDEX escalations_expiring",
+            ),
+            (
+                super::VOTES_ON,
+                "votes",
+                "SEARCH votes USING INDEX votes_one_per_person (proposal_id=?)",
+            ),
+        ];
+        for (query, table, step) in cases {
+            assert_eq!(reads(query, table).await, [step], "{query}");
+        }
     }
 }

@@ -675,8 +675,15 @@ pub async fn two_distinct_approvals_approve_under_a_quorum_of_two(store: DynStor
     assert_eq!(repeat.proposal, stored);
 }
 
+/// One person's rejection rejects at once, whatever the approvals; like any
+/// rejection, it counts for the operator's breaker (here of one).
 pub async fn one_rejection_among_approvals_rejects(store: DynStore) {
     seeded(&store, "a").await;
+    let policy = countersign_store::TenantPolicy {
+        breaker_threshold: 1,
+        ..Default::default()
+    };
+    store.set_tenant_policy("a", policy).await.unwrap();
     let p = escalated(&store, "a", &route("three", 3, &[])).await;
     vote(&store, oncall("a", "ann@example.com"), &p, approve())
         .await
@@ -712,7 +719,8 @@ pub async fn one_rejection_among_approvals_rejects(store: DynStore) {
             EventKind::Escalated,
             EventKind::Vote,
             EventKind::Vote,
-            EventKind::Rejected
+            EventKind::Rejected,
+            EventKind::BreakerTripped
         ]
     );
 }
