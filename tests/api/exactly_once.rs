@@ -252,6 +252,7 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
                 tenant: "acme".into(),
                 spec,
                 submitted_by: "bulk".into(),
+                submitted_by_person: None,
                 trace_parent: None,
                 submitted_key: None,
             })

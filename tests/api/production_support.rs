@@ -85,6 +85,7 @@ pub async fn key_for(store: &DynStore, tenant: &str, role: Role) -> String {
             name: random_name("key-"),
             role,
             agent: false,
+            person: None,
         })
         .await
         .unwrap();

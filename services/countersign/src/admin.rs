@@ -224,6 +224,7 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                         name,
                         role,
                         agent,
+                        person: None,
                     })
                     .await?;
                 tracing::info!(key_id = %record.id, "key created");

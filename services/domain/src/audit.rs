@@ -18,7 +18,9 @@ mod verify;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision};
+use crate::{
+    BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision, escalation::Vote,
+};
 
 pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message};
 pub use copies::{CopyCheck, DecisionColumns, LogColumns, ProposalColumns, StoredCopies};
@@ -56,6 +58,14 @@ pub struct AuditRecord {
     pub decided_at: Millis,
     pub summary: String,
     pub review_latency_ms: u64,
+    /// The route that sent the proposal to people; absent (not `null`) from
+    /// the canonical JSON of a decision that was never escalated, so every
+    /// such record hashes as it did before routes existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_id: Option<String>,
+    /// The people's votes, in the order cast; absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub votes: Vec<Vote>,
 }
 
 /// The proposal's side of a record: who proposed what.
@@ -144,6 +154,8 @@ impl AuditRecord {
             decided_at: decision.decided_at,
             summary: decision.summary,
             review_latency_ms: decision.review_latency_ms,
+            route_id: decision.route_id,
+            votes: decision.votes,
         }
     }
 
@@ -164,8 +176,8 @@ impl AuditRecord {
             sequence,
             digest,
             review_latency_ms: self.review_latency_ms,
-            route_id: None,
-            votes: Vec::new(),
+            route_id: self.route_id.clone(),
+            votes: self.votes.clone(),
         }
     }
 

@@ -116,6 +116,9 @@ pub struct ReviewFacts {
     pub target: Option<Target>,
     pub others: Vec<OtherOperation>,
     pub now: Millis,
+    /// The tenant's routes (`crate::escalation`): not read by any gate, only
+    /// by the step after them, which may send the proposal to people.
+    pub routes: Vec<crate::escalation::Route>,
 }
 
 /// The gates' results and what the review cites.
@@ -293,14 +296,21 @@ fn unknown_scope(facts: &ReviewFacts) -> Option<String> {
 /// Whether two operations' scopes share a target. A `cluster` scope whose
 /// cluster is unknown (no label) may reach any target: it overlaps everything.
 pub fn overlaps(facts: &ReviewFacts, other: &OtherOperation) -> bool {
-    let this_radius = facts.spec.blast_radius;
+    scopes_overlap(&facts.spec, facts.target.as_ref(), other)
+}
+
+/// [`overlaps`] for an operation of `spec` on `target` (as it is known now;
+/// `None`: unknown): the one rule of what two operations share, for the
+/// gate and for an approval re-checked at commit.
+pub fn scopes_overlap(spec: &GateSpec, target: Option<&Target>, other: &OtherOperation) -> bool {
+    let this_radius = spec.blast_radius;
     if this_radius == BlastRadius::TenantWide || other.blast_radius == BlastRadius::TenantWide {
         return true;
     }
-    if other.target == facts.spec.target {
+    if other.target == spec.target {
         return true;
     }
-    let this_cluster = facts.target.as_ref().and_then(|t| t.cluster());
+    let this_cluster = target.and_then(|t| t.cluster());
     let other_cluster = other
         .target_cluster
         .as_deref()

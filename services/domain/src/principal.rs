@@ -13,6 +13,9 @@ pub struct Principal {
     pub role: Role,
     /// Agent credentials see terse refusals, never the diagnostic reason.
     pub agent: bool,
+    /// The person the key belongs to (for an agent key, the person the agent
+    /// acts for); a key without one may never resolve an escalation.
+    pub person: Option<String>,
 }
 
 impl Principal {

@@ -70,6 +70,11 @@ pub struct Proposal {
     #[serde(with = "by_name::state")]
     pub state: ProposalState,
     pub submitted_by: String,
+    /// The person behind the submitting key (for an agent key, the person the
+    /// agent acts for), recorded at submit; none when the key names no person.
+    /// Absent from the JSON when none, so that JSON is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by_person: Option<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
     pub decision: Option<Decision>,
@@ -170,6 +175,7 @@ pub(crate) mod tests {
             spec: spec(),
             state: ProposalState::Rejected,
             submitted_by: "sre-bot".into(),
+            submitted_by_person: None,
             created_at: 1,
             updated_at: 2,
             decision: Some(Decision {

@@ -226,7 +226,7 @@ pub fn proposal_to_proto(proposal: &Proposal, agent_viewer: bool) -> v1::Proposa
         decision,
         suppressed_retries: proposal.suppressed_retries,
         cancel_reason: proposal.cancel_reason.clone().unwrap_or_default(),
-        submitted_by_person: String::new(),
+        submitted_by_person: proposal.submitted_by_person.clone().unwrap_or_default(),
     }
 }
 

@@ -395,6 +395,7 @@ async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
             tenant: "a".into(),
             spec,
             submitted_by: "t".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })

@@ -1,7 +1,9 @@
 //! Reviewer workers. Each worker leases proposals from the queue, moves them
 //! to REVIEWING, gathers the facts, runs the gates and records the decision in
-//! one transaction, then acks. Every failure path ends in a retry, a rejection
-//! or a time-out — never in an approval.
+//! one transaction (or, where a tenant's route says so, escalates the
+//! proposal to people), then acks. Every failure path ends in a retry, a
+//! rejection or a time-out — never in an approval. The janitor also expires
+//! escalations nobody completed in time.
 
 mod config;
 mod janitor;
@@ -49,6 +51,7 @@ impl Reviewers {
                 id,
                 lane,
                 store: store.clone(),
+                escalations: store.clone(),
                 changes: store.clone(),
                 queue: queue.clone(),
                 config: config.clone(),
@@ -64,7 +67,8 @@ impl Reviewers {
             tasks.spawn(sequencer.run(stopped.clone()));
             let janitor = janitor::Janitor {
                 id: format!("{host}/janitor"),
-                store,
+                store: store.clone(),
+                escalations: store,
                 queue,
                 config,
             };

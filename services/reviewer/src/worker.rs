@@ -1,4 +1,5 @@
-//! One worker: lease a batch, review each, record the decisions, ack.
+//! One worker: lease a batch, review each, record the decisions (or open the
+//! escalations a tenant's routes ask for), ack.
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
@@ -8,11 +9,14 @@ use std::{
 
 use countersign_domain::{
     Decision, Millis, Proposal,
+    escalation::{self, AfterGates, Escalation},
     gates::ReviewFacts,
     review::{self, ReviewStamp},
 };
 use countersign_queue::{DynQueue, Lease, Submissions};
-use countersign_store::{BeginReview, Changes, EventKind, RecordOutcome, ReviewKey, Reviews};
+use countersign_store::{
+    BeginReview, Changes, Escalations, EventKind, RecordOutcome, ReviewKey, Reviews,
+};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +35,8 @@ pub struct Worker {
     pub id: String,
     pub lane: Lane,
     pub store: Arc<dyn Reviews>,
+    /// Where the proposals a route sends to people are escalated.
+    pub escalations: Arc<dyn Escalations>,
     /// What wakes it on the embedded queue: submissions in this process.
     pub changes: Arc<dyn Changes>,
     pub queue: DynQueue,
@@ -50,7 +56,16 @@ enum Step {
 
 pub(crate) use countersign_domain::now_ms;
 
-type Reviewed = Vec<(usize, Result<Decision, Step>)>;
+/// What a review concludes.
+#[derive(Debug, Clone)]
+enum Concluded {
+    /// Decided as the gates say (or failed, or timed out).
+    Decided(Decision),
+    /// Sent to people under a route of the tenant's, instead of decided.
+    Escalated(Escalation),
+}
+
+type Reviewed = Vec<(usize, Result<Concluded, Step>)>;
 
 /// Every proposal of `due` goes back to the queue to be tried again.
 fn retry_all(
@@ -178,6 +193,7 @@ impl Worker {
         let mut spans: Vec<Option<tracing::Span>> = vec![None; leases.len()];
         // (index, decision, step once recorded)
         let mut decided: Vec<(usize, Decision, Step)> = Vec::new();
+        let mut escalating: Vec<(usize, Escalation)> = Vec::new();
 
         let mut fresh = Vec::new();
         for (i, lease) in leases.iter().enumerate() {
@@ -227,7 +243,8 @@ impl Worker {
                 }
                 for (i, result) in self.review_all(open, &spans).await {
                     match result {
-                        Ok(decision) => decided.push((i, decision, Step::Done)),
+                        Ok(Concluded::Decided(decision)) => decided.push((i, decision, Step::Done)),
+                        Ok(Concluded::Escalated(escalation)) => escalating.push((i, escalation)),
                         Err(step) => steps[i] = Some(step),
                     }
                 }
@@ -270,7 +287,60 @@ impl Worker {
                 }
             }
         }
+        if !escalating.is_empty() {
+            self.open_escalations(&leases, escalating, &spans, &mut steps)
+                .await;
+        }
         self.settle(&leases, steps).await;
+    }
+
+    /// Opens the batch's escalations in one transaction; each lease's step
+    /// as its fate says (like a decision's: a late result is done, a stale
+    /// one reviewed again, a failed write retried).
+    async fn open_escalations(
+        &self,
+        leases: &[Lease],
+        escalating: Vec<(usize, Escalation)>,
+        spans: &[Option<tracing::Span>],
+        steps: &mut [Option<Step>],
+    ) {
+        let items = escalating
+            .iter()
+            .map(|(i, e)| (key(&leases[*i]), e.clone()))
+            .collect();
+        match self.escalations.open_escalations(items).await {
+            Err(error) => {
+                for (i, _) in &escalating {
+                    steps[*i] = Some(Step::Retry(
+                        format!("opening the escalation failed: {error}"),
+                        self.config.retry_delay,
+                    ));
+                }
+            }
+            Ok(outcomes) => {
+                for ((i, escalation), outcome) in escalating.into_iter().zip(outcomes) {
+                    steps[i] = Some(match outcome {
+                        RecordOutcome::Recorded => {
+                            if let Some(span) = &spans[i] {
+                                span.record("outcome", "escalated");
+                            }
+                            tracing::info!(
+                                proposal = %leases[i].proposal_id,
+                                route = %escalation.route_id,
+                                expires_at = escalation.expires_at,
+                                "escalated to people"
+                            );
+                            Step::Done
+                        }
+                        RecordOutcome::Discarded(state) => {
+                            tracing::info!(proposal = %leases[i].proposal_id, %state, "late escalation discarded");
+                            Step::Done
+                        }
+                        RecordOutcome::Stale(why) => Step::Retry(why, Duration::ZERO),
+                    });
+                }
+            }
+        }
     }
 
     /// Gathers the facts of a batch (one snapshot) and runs the gates on each.
@@ -286,7 +356,10 @@ impl Worker {
         let (late, due): (Vec<_>, Vec<_>) = open.into_iter().partition(|(_, _, at)| past(*at));
         let mut out: Vec<_> = late
             .into_iter()
-            .map(|(i, _, at)| (i, Ok(review::timed_out(deadline_ms, self.stamp(at)))))
+            .map(|(i, _, at)| {
+                let timed_out = review::timed_out(deadline_ms, self.stamp(at));
+                (i, Ok(Concluded::Decided(timed_out)))
+            })
             .collect();
         if due.is_empty() {
             return out;
@@ -319,22 +392,34 @@ impl Worker {
         out
     }
 
-    /// Runs the gates on gathered facts; a panic or a passed deadline never
-    /// approves.
+    /// Runs the gates on gathered facts, then the step after them: the
+    /// strictest of the tenant's routes that matches may send the proposal
+    /// to people (`escalation::after_review`), else the gates decide. A
+    /// panic or a passed deadline never approves and never escalates.
     fn decide(
         &self,
         proposal: &Proposal,
         facts: &ReviewFacts,
         started_at: Millis,
-    ) -> Result<Decision, Step> {
+    ) -> Result<Concluded, Step> {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let evaluator = self.config.evaluator.clone();
-        let verdict = catch_unwind(AssertUnwindSafe(|| evaluator(facts)))
-            .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
+        let (verdict, route) = catch_unwind(AssertUnwindSafe(|| {
+            let verdict = evaluator(facts);
+            let route = match escalation::after_review(facts, &verdict, &facts.routes) {
+                AfterGates::Escalate(route) => Some(route.clone()),
+                AfterGates::Decide => None,
+            };
+            (verdict, route)
+        }))
+        .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
+        let stamp = self.stamp(started_at);
         Ok(if now_ms() >= started_at + deadline_ms as Millis {
-            review::timed_out(deadline_ms, self.stamp(started_at))
+            Concluded::Decided(review::timed_out(deadline_ms, stamp))
+        } else if let Some(route) = route {
+            Concluded::Escalated(Escalation::open(&route, &verdict, &stamp))
         } else {
-            review::decide(&verdict, &(&proposal.spec).into(), self.stamp(started_at))
+            Concluded::Decided(review::decide(&verdict, &(&proposal.spec).into(), stamp))
         })
     }
 

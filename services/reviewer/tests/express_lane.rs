@@ -68,6 +68,7 @@ async fn submit(store: &DynStore, redis: Option<&RedisQueue>, tenant: &str, n: u
             tenant: tenant.into(),
             spec: spec_on(&format!("{tenant}-{n:02}")),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })

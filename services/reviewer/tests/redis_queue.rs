@@ -27,6 +27,7 @@ async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
             tenant: "acme".into(),
             spec: spec_on(target),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })
@@ -119,6 +120,7 @@ async fn stored(store: &DynStore) -> String {
             tenant: "acme".into(),
             spec: spec_on("node-01"),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })

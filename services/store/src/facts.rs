@@ -1,7 +1,7 @@
 //! A review batch's facts from one tenant's rows. Both backends read the same
 //! rows per tenant of a batch (its policy, the SOPs of the batch's actions, its
-//! targets, and the operations that may overlap any of them, each in one
-//! statement) and assemble them here, so a batch costs a handful of
+//! targets, its routes, and the operations that may overlap any of them, each
+//! in one statement) and assemble them here, so a batch costs a handful of
 //! statements whatever its size.
 
 use countersign_domain::{
@@ -87,17 +87,36 @@ impl<'a> Batch<'a> {
     }
 
     /// The facts of the tenant's proposals (`indices`) but their other
-    /// operations, from the tenant's SOP rows (of the group's actions) and
-    /// target rows, as of now. A row that does not map fails only the
-    /// reviews that read it; `None` when no review is left to complete.
+    /// operations, from the tenant's SOP rows (of the group's actions),
+    /// target rows and route rows, as of now. A row that does not map fails
+    /// only the reviews that read it (a route: every review of the tenant);
+    /// `None` when no review is left to complete.
     pub(crate) fn gather<R: Columns>(
         &mut self,
         indices: &[usize],
         policy: TenantPolicy,
         sop_rows: &[R],
         target_rows: &[R],
+        route_rows: &[R],
     ) -> Option<Gathered> {
         let now = now_ms();
+        let routes = match route_rows
+            .iter()
+            .map(crate::escalation::route_from_row)
+            .collect::<Result<Vec<_>>>()
+        {
+            Ok(routes) => routes,
+            Err(error) => {
+                let what = match error {
+                    StoreError::Corrupt(what) => what,
+                    other => other.to_string(),
+                };
+                for &i in indices {
+                    self.out[i] = Some(Err(corrupt(what.clone())));
+                }
+                return None;
+            }
+        };
         let column = |row: &R, name: &str| row.text(name).unwrap_or_default();
         let mut facts = Vec::new();
         for &i in indices {
@@ -124,6 +143,7 @@ impl<'a> Batch<'a> {
                         target,
                         others: Vec::new(),
                         now,
+                        routes: routes.clone(),
                     },
                 )),
                 (Err(error), _) | (_, Err(error)) => self.out[i] = Some(Err(error)),
@@ -191,7 +211,7 @@ impl<'a> Batch<'a> {
     }
 }
 
-fn others_from<R: Columns>(rows: &[R]) -> Result<Vec<OtherOperation>> {
+pub(crate) fn others_from<R: Columns>(rows: &[R]) -> Result<Vec<OtherOperation>> {
     rows.iter()
         .map(|row| {
             let id = row.text("id")?;

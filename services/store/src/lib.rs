@@ -3,6 +3,7 @@
 //! backend. Every query is scoped by tenant here, in the repository layer.
 
 mod error;
+mod escalation;
 mod facts;
 mod group_commit;
 pub mod postgres;
@@ -23,12 +24,13 @@ pub use error::StoreError;
 pub use postgres::PostgresStore;
 pub use sqlite::{EmbeddedQueue, SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use traits::{
-    ApiKeys, AuditLog, Changes, Directory, EventLog, Lifecycle, Proposals, Reference, Reviews,
-    Store, Suppressions, Tenants,
+    ApiKeys, AuditLog, Changes, Directory, Escalations, EventLog, Lifecycle, Proposals, Reference,
+    Reviews, Routes, Store, Suppressions, Tenants,
 };
 pub use types::{
-    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, NewApiKey, NewProposal, OverdueReview,
-    RecentRejection, RecordOutcome, StoreEvent, SubmitOutcome, Tenant, validate_tenant_name,
+    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, EscalationRecord, NewApiKey,
+    NewProposal, OverdueReview, RecentRejection, RecordOutcome, StoreEvent, SubmitOutcome, Tenant,
+    Voted, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

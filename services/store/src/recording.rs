@@ -145,6 +145,8 @@ impl Write<'_> {
             "decided_at": d.decided_at,
             "summary": d.summary,
             "review_latency_ms": i64::try_from(d.review_latency_ms).unwrap_or(i64::MAX),
+            "route_id": d.route_id,
+            "votes_json": crate::escalation::votes_json(&d.votes),
         })
     }
 

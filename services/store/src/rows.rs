@@ -185,6 +185,7 @@ pub(crate) fn proposal_from_row(row: &impl Columns) -> Result<Proposal> {
         spec,
         state,
         submitted_by: row.text("submitted_by")?,
+        submitted_by_person: row.opt_text("submitted_by_person")?,
         created_at: row.int("created_at")?,
         updated_at: row.int("updated_at")?,
         decision: None,
@@ -275,8 +276,13 @@ pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
         sequence: 0,
         digest: String::new(),
         review_latency_ms: row.int("review_latency_ms")?.max(0) as u64,
-        route_id: None,
-        votes: Vec::new(),
+        route_id: row.opt_text("route_id")?,
+        votes: row
+            .opt_text("votes_json")?
+            .map(|json| serde_json::from_str(&json))
+            .transpose()
+            .map_err(|e| corrupt(format!("decision {id} votes: {e}")))?
+            .unwrap_or_default(),
     })
 }
 
@@ -320,7 +326,8 @@ pub(crate) const STORED_ENTRY_COLUMNS: &str = "a.sequence, a.digest, a.record, a
     d.sop_version AS d_sop_version, d.rollback_path AS d_rollback_path,
     d.gates_json AS d_gates_json, d.missing_gates_json AS d_missing_gates_json,
     d.reviewer AS d_reviewer, d.decided_at AS d_decided_at, d.summary AS d_summary,
-    d.review_latency_ms AS d_review_latency_ms,
+    d.review_latency_ms AS d_review_latency_ms, d.route_id AS d_route_id,
+    d.votes_json AS d_votes_json,
     p.id AS p_id, p.tenant AS p_tenant, p.state AS p_state, p.action AS p_action,
     p.target AS p_target, p.operator AS p_operator, p.submitted_by AS p_submitted_by,
     p.blast_radius AS p_blast_radius";
@@ -359,6 +366,8 @@ pub(crate) fn stored_entry_from_row(row: &impl Columns) -> Result<StoredEntry> {
             decided_at: d.int("decided_at")?,
             summary: d.text("summary")?,
             review_latency_ms: d.int("review_latency_ms")?,
+            route_id: d.opt_text("route_id")?,
+            votes_json: d.opt_text("votes_json")?,
         }),
     };
     let p = Prefixed(row, "p_");

@@ -1,4 +1,7 @@
-use countersign_domain::{Millis, Proposal, ProposalSpec, Role, TenantPolicy};
+use countersign_domain::{
+    Millis, Proposal, ProposalSpec, Role, TenantPolicy,
+    escalation::{Escalation, Resolution, Vote},
+};
 
 use crate::StoreError;
 
@@ -19,6 +22,10 @@ pub struct ApiKeyRecord {
     pub key_hash: Vec<u8>,
     pub created_at: Millis,
     pub revoked_at: Option<Millis>,
+    /// The person the key belongs to (for an agent key, the person the agent
+    /// acts for); `None`: it names no person, and may never resolve an
+    /// escalation.
+    pub person: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +34,8 @@ pub struct NewApiKey {
     pub name: String,
     pub role: Role,
     pub agent: bool,
+    /// The person the key belongs to; a blank name is stored as none.
+    pub person: Option<String>,
 }
 
 impl NewApiKey {
@@ -46,6 +55,11 @@ impl NewApiKey {
         };
         (minted, name)
     }
+
+    /// The person as stored: a blank name names nobody.
+    pub(crate) fn person(&self) -> Option<&str> {
+        self.person.as_deref().filter(|p| !p.trim().is_empty())
+    }
 }
 
 /// The admin key created on first start.
@@ -61,6 +75,9 @@ pub struct NewProposal {
     pub tenant: String,
     pub spec: ProposalSpec,
     pub submitted_by: String,
+    /// The person behind the submitting key (for an agent key, the person
+    /// the agent acts for); `None` when the key names no person.
+    pub submitted_by_person: Option<String>,
     /// The id of the API key that submitted it (None: not through a key).
     /// A coordinator may cancel only what its own key submitted.
     pub submitted_key: Option<String>,
@@ -78,6 +95,7 @@ impl NewProposal {
             spec: self.spec,
             state: countersign_domain::ProposalState::Pending,
             submitted_by: self.submitted_by,
+            submitted_by_person: self.submitted_by_person,
             created_at: now,
             updated_at: now,
             decision: None,
@@ -230,6 +248,18 @@ impl StoreEvent {
         }
     }
 
+    /// The signal for a vote just recorded on an escalated proposal (its
+    /// VOTE event is logged by the database, in the same transaction).
+    pub(crate) fn voted(tenant: &str, proposal_id: &str) -> StoreEvent {
+        StoreEvent {
+            cursor: None,
+            tenant: tenant.to_owned(),
+            proposal_id: proposal_id.to_owned(),
+            kind: countersign_domain::EventKind::Vote,
+            state: countersign_domain::ProposalState::Escalated,
+        }
+    }
+
     /// The signal for a batch of SUPPRESSED events just logged (of any
     /// tenant): it wakes the fan-out, which reads them from the log.
     pub(crate) fn suppressed() -> StoreEvent {
@@ -291,4 +321,22 @@ pub struct RecentRejection {
     pub tenant: String,
     pub operator: String,
     pub decided_at: Millis,
+}
+
+/// An open (or once-open) escalation as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EscalationRecord {
+    /// As it is now (state, spec, submitted_by_person, decision if decided).
+    pub proposal: Proposal,
+    /// The route's terms copied when it opened, and what the review found.
+    pub escalation: Escalation,
+    /// In the order cast.
+    pub votes: Vec<Vote>,
+}
+
+/// What a vote did, with the proposal as it is after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Voted {
+    pub resolution: Resolution,
+    pub proposal: Proposal,
 }

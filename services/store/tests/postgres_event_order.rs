@@ -28,6 +28,7 @@ fn new_proposal(tenant: &str) -> NewProposal {
             idempotency_key: String::new(),
         },
         submitted_by: "tester".into(),
+        submitted_by_person: None,
         trace_parent: None,
         submitted_key: None,
     }

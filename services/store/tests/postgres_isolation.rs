@@ -23,6 +23,9 @@ const TENANT_TABLES: &[(&str, &str)] = &[
     ("breaker_resets", "tenant"),
     ("audit_log", "tenant"),
     ("audit_checkpoints", "tenant"),
+    ("routes", "tenant"),
+    ("escalations", "tenant"),
+    ("votes", "tenant"),
 ];
 
 /// Tables the service role may not delete from at all (see below).
@@ -31,10 +34,12 @@ const APPEND_ONLY: &[&str] = &[
     "audit_log",
     "audit_checkpoints",
     "sop_versions",
+    "votes",
 ];
 
 /// A tenant with a row in every table (a decided proposal, a late result, an
-/// SOP, a target, a key, a breaker reset).
+/// SOP, a target, a key, a breaker reset, a route, an escalated proposal
+/// with a vote).
 async fn populate(store: &DynStore, tenant: &str) -> String {
     store.create_tenant(tenant).await.unwrap();
     store
@@ -43,6 +48,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             name: String::new(),
             role: Role::Admin,
             agent: false,
+            person: None,
         })
         .await
         .unwrap();
@@ -76,6 +82,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
             tenant: tenant.into(),
             spec: spec(),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })
@@ -116,7 +123,71 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
         .save_checkpoint(&key.sign(tenant, size, &head, 1))
         .await
         .unwrap();
+    escalate_with_a_vote(store, tenant).await;
     p.id
+}
+
+/// A route of two, and a proposal it escalated with one vote recorded.
+async fn escalate_with_a_vote(store: &DynStore, tenant: &str) {
+    use countersign_domain::escalation::{
+        Ballot, Caller, Escalation, RouteInput, Verdict, validate_route,
+    };
+    let route = validate_route(RouteInput {
+        id: "two".into(),
+        approvals_required: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    store.put_route(tenant, &route).await.unwrap();
+    let escalated = store
+        .insert_proposal(NewProposal {
+            tenant: tenant.into(),
+            spec: spec(),
+            submitted_by: "tester".into(),
+            submitted_by_person: Some("sam@example.com".into()),
+            trace_parent: None,
+            submitted_key: None,
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    let key = countersign_store::ReviewKey {
+        tenant: tenant.into(),
+        id: escalated.id.clone(),
+    };
+    store
+        .begin_reviews(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let verdict = countersign_domain::gates::Verdict {
+        gates: Vec::new(),
+        sop: None,
+        rollback_path: None,
+    };
+    let stamp = countersign_domain::review::ReviewStamp {
+        reviewer: "w".into(),
+        decided_at: countersign_domain::now_ms(),
+        latency_ms: 1,
+    };
+    let opened = Escalation::open(&route, &verdict, &stamp);
+    store.open_escalations(vec![(key, opened)]).await.unwrap();
+    let caller = Caller {
+        tenant,
+        key_id: "k",
+        person: Some("ann@example.com"),
+        role: Role::Oncall,
+        agent: false,
+    };
+    let ballot = Ballot {
+        verdict: Some(Verdict::Approve),
+        comment: "",
+    };
+    store
+        .cast_vote(caller, &escalated.id, ballot, countersign_domain::now_ms())
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 async fn count(conn: &mut PgConnection, table: &str, column: &str, tenant: Option<&str>) -> i64 {
@@ -252,7 +323,8 @@ async fn with_no_tenant_set_no_row_is_read_or_written() {
     }
     assert_eq!(
         store.events_after(0, Some("a"), 100).await.unwrap().len(),
-        3
+        3 + 4,
+        "the decided proposal's, and the escalated one's: submitted, reviewing, escalated, a vote"
     );
 }
 
@@ -346,6 +418,9 @@ async fn history_cannot_be_updated_or_deleted_by_the_service_role_or_the_owner()
         "UPDATE sop_versions SET rollback_path = 'none'",
         "DELETE FROM sop_versions",
         "TRUNCATE sop_versions",
+        "UPDATE votes SET verdict = 'reject'",
+        "DELETE FROM votes",
+        "TRUNCATE votes",
     ] {
         let mut tx = conn.begin().await.unwrap();
         set_tenant(&mut tx, "a").await;
@@ -372,6 +447,9 @@ async fn history_cannot_be_updated_or_deleted_by_the_service_role_or_the_owner()
         "UPDATE sop_versions SET rollback_path = 'none'",
         "DELETE FROM sop_versions",
         "TRUNCATE sop_versions",
+        "UPDATE votes SET verdict = 'reject'",
+        "DELETE FROM votes",
+        "TRUNCATE votes",
     ] {
         let mut tx = owner.begin().await.unwrap();
         sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")

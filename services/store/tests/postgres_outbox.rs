@@ -12,6 +12,7 @@ async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
             tenant: tenant.into(),
             spec: spec_on(target),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             trace_parent: None,
             submitted_key: None,
         })

@@ -58,6 +58,7 @@ fn new_proposal(tenant: &str, key: &str) -> NewProposal {
         tenant: tenant.into(),
         spec: spec(key),
         submitted_by: "tester".into(),
+        submitted_by_person: None,
         trace_parent: None,
         submitted_key: None,
     }
@@ -123,6 +124,7 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
             name: "bot".into(),
             role: Role::Coordinator,
             agent: true,
+            person: None,
         })
         .await
         .unwrap();
@@ -149,6 +151,7 @@ pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
             name: String::new(),
             role: Role::Admin,
             agent: false,
+            person: None,
         })
         .await;
     assert!(matches!(missing_tenant, Err(StoreError::NotFound(_))));
@@ -1720,6 +1723,7 @@ pub async fn tenants_and_keys_are_listed_across_tenants_for_administration(store
                 name: String::new(),
                 role: Role::Auditor,
                 agent: false,
+                person: None,
             })
             .await
             .unwrap();
@@ -1805,6 +1809,10 @@ pub async fn a_proposals_trace_parent_comes_back_when_its_review_begins(store: D
     assert_eq!(trace_parent, None);
 }
 
+#[path = "suite/escalation.rs"]
+mod escalation;
+use escalation::*;
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -1871,6 +1879,22 @@ macro_rules! every_store_test {
             a_time_window_finds_decisions_committed_out_of_time_order,
             the_newest_checkpoint_is_the_last_signed_of_any_tenant,
             the_store_names_its_backend_and_refreshes_statistics,
+            routes_are_put_listed_replaced_and_deleted_per_tenant,
+            keys_and_proposals_carry_their_persons,
+            an_escalation_opens_once_and_only_from_review,
+            open_escalations_are_listed_oldest_first_in_pages_and_counted,
+            every_refused_vote_writes_nothing,
+            a_repeated_vote_answers_with_the_proposal_as_it_is,
+            two_distinct_approvals_approve_under_a_quorum_of_two,
+            one_rejection_among_approvals_rejects,
+            two_concurrent_first_votes_decide_once,
+            a_vote_after_expiry_applies_the_expiry,
+            a_vote_after_a_cancel_is_refused_by_state,
+            a_final_approval_is_rechecked_against_the_facts_at_commit,
+            the_janitors_expiry_decides_what_ran_out_and_nothing_else,
+            an_escalated_proposal_blocks_overlapping_operations,
+            review_facts_carry_the_tenants_routes,
+            a_decided_escalation_is_chained_with_its_votes,
         );
     };
 }

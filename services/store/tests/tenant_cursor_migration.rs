@@ -60,6 +60,7 @@ async fn assert_numbered_on(store: DynStore) {
                 tenant: tenant.into(),
                 spec: spec(),
                 submitted_by: "tester".into(),
+                submitted_by_person: None,
                 submitted_key: None,
                 trace_parent: None,
             })
@@ -82,6 +83,7 @@ async fn assert_numbered_on(store: DynStore) {
             tenant: new_tenant.name.clone(),
             spec: spec(),
             submitted_by: "tester".into(),
+            submitted_by_person: None,
             submitted_key: None,
             trace_parent: None,
         })

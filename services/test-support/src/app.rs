@@ -289,6 +289,7 @@ impl TestApp {
                 name: format!("{role}-of-{tenant}"),
                 role,
                 agent,
+                person: None,
             })
             .await
             .unwrap();

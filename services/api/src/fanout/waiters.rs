@@ -134,6 +134,7 @@ mod tests {
             spec,
             state: ProposalState::Approved,
             submitted_by: "k".into(),
+            submitted_by_person: None,
             created_at: 0,
             updated_at: 0,
             decision: None,

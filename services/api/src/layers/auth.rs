@@ -147,6 +147,7 @@ async fn authenticate(
         name: record.name,
         role: record.role,
         agent: record.agent,
+        person: record.person,
     })
 }
 

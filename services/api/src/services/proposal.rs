@@ -145,6 +145,7 @@ impl ProposalService for ProposalApi {
                 tenant: caller.tenant.name.clone(),
                 spec,
                 submitted_by: caller.principal.name.clone(),
+                submitted_by_person: caller.principal.person.clone(),
                 submitted_key: Some(caller.principal.key_id.clone()),
                 // The review continues this call's trace.
                 trace_parent: trace_context::current_traceparent(),

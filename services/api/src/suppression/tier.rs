@@ -59,6 +59,7 @@ impl Entry {
             },
             state: rejected.state,
             submitted_by: rejected.submitted_by.clone(),
+            submitted_by_person: rejected.submitted_by_person.clone(),
             created_at: rejected.created_at,
             updated_at: rejected.updated_at,
             decision: rejected.decision.clone(),

@@ -47,6 +47,10 @@ pub struct DecisionColumns {
     pub decided_at: Millis,
     pub summary: String,
     pub review_latency_ms: i64,
+    /// NULL for a decision of a proposal that was never escalated.
+    pub route_id: Option<String>,
+    /// The votes as JSON; NULL when there are none.
+    pub votes_json: Option<String>,
 }
 
 /// The columns of a `proposals` row that the record copies, and its state.
@@ -133,6 +137,23 @@ struct RecordView<'a> {
     #[serde(borrow)]
     summary: Cow<'a, str>,
     review_latency_ms: u64,
+    #[serde(borrow, default)]
+    route_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    votes: Vec<VoteView<'a>>,
+}
+
+#[derive(Deserialize, PartialEq)]
+struct VoteView<'a> {
+    #[serde(borrow)]
+    person: Cow<'a, str>,
+    #[serde(borrow)]
+    key_id: Cow<'a, str>,
+    #[serde(borrow)]
+    verdict: Cow<'a, str>,
+    #[serde(borrow)]
+    comment: Cow<'a, str>,
+    at: Millis,
 }
 
 #[derive(Deserialize, PartialEq)]
@@ -183,7 +204,7 @@ impl StoredCopies {
         let Some(d) = &self.decision else {
             return Some("decisions.proposal_id");
         };
-        let decision_checks: [(&'static str, &dyn Fn() -> bool); 13] = [
+        let decision_checks: [(&'static str, &dyn Fn() -> bool); 15] = [
             ("decisions.tenant", &|| d.tenant == r.tenant),
             ("decisions.outcome", &|| d.outcome == r.outcome),
             ("decisions.reason", &|| d.reason == r.reason),
@@ -210,6 +231,12 @@ impl StoredCopies {
             ("decisions.summary", &|| d.summary == r.summary),
             ("decisions.review_latency_ms", &|| {
                 u64::try_from(d.review_latency_ms).is_ok_and(|ms| ms == r.review_latency_ms)
+            }),
+            ("decisions.route_id", &|| text(&d.route_id, &r.route_id)),
+            ("decisions.votes_json", &|| match &d.votes_json {
+                None => r.votes.is_empty(),
+                Some(json) => serde_json::from_str::<Vec<VoteView<'_>>>(json)
+                    .is_ok_and(|votes| !votes.is_empty() && votes == r.votes),
             }),
         ];
         if let Some((column, _)) = decision_checks.iter().find(|(_, agrees)| !agrees()) {

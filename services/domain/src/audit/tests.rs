@@ -29,6 +29,8 @@ fn record(n: u64) -> AuditRecord {
         decided_at: 1_700_000_000_000 + n as i64,
         summary: "Decision: approve".into(),
         review_latency_ms: 3,
+        route_id: None,
+        votes: Vec::new(),
     }
 }
 
@@ -276,6 +278,9 @@ fn copies_of(record: &AuditRecord, tide: time_index::Tide) -> StoredCopies {
             decided_at: record.decided_at,
             summary: record.summary.clone(),
             review_latency_ms: record.review_latency_ms as i64,
+            route_id: record.route_id.clone(),
+            votes_json: (!record.votes.is_empty())
+                .then(|| serde_json::to_string(&record.votes).unwrap()),
         }),
         proposal: Some(ProposalColumns {
             tenant: record.tenant.clone(),
@@ -389,4 +394,125 @@ fn an_altered_record_is_altered_not_a_mismatch() {
     entries[3].copies.as_mut().unwrap().log.outcome = "reject".into();
     let v = verify_stored(&entries);
     assert_eq!(failure(&v), (4, FailureKind::Altered));
+}
+
+/// A decision that was never escalated has no route and no votes: its
+/// record's canonical JSON holds neither key, so every record written
+/// before routes existed hashes as it did, and such a JSON still parses.
+#[test]
+fn a_record_never_escalated_has_the_fields_it_always_had() {
+    let r = record(7);
+    let json = r.canonical_json();
+    assert!(
+        !json.contains("route_id") && !json.contains("votes"),
+        "{json}"
+    );
+    let keys: Vec<String> =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&json)
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+    assert_eq!(keys.len(), 19, "{keys:?}");
+    let back: AuditRecord = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, r);
+}
+
+/// An escalated decision's record: its route and two votes.
+fn escalated(n: u64) -> AuditRecord {
+    use crate::escalation::{Verdict, Vote};
+    let vote = |person: &str, comment: &str, at: i64| Vote {
+        person: person.into(),
+        key_id: format!("key-{person}"),
+        verdict: Verdict::Approve,
+        comment: comment.into(),
+        at,
+    };
+    AuditRecord {
+        route_id: Some("db-changes".into()),
+        votes: vec![
+            vote("ann@example.com", "looks right", 10),
+            vote("bob@example.com", "ok", 11),
+        ],
+        ..record(n)
+    }
+}
+
+/// A log whose entry 5 is an escalated decision with its votes, stored
+/// with its copies.
+fn log_with_votes() -> Vec<StoredEntry> {
+    let mut head = EMPTY_HEAD;
+    let mut tide = time_index::Tide::before_first();
+    (1..=8)
+        .map(|n| {
+            let r = if n == 5 { escalated(n) } else { record(n) };
+            head = chain(&head, &r.leaf_hash());
+            tide = tide.next(r.decided_at);
+            StoredEntry {
+                sequence: n,
+                digest: hex::encode(head),
+                record: r.canonical_json(),
+                copies: Some(copies_of(&r, tide)),
+            }
+        })
+        .collect()
+}
+
+/// The votes are in the chained record: the log with them verifies, and
+/// one changed byte of a vote (its comment, its person) fails verification
+/// at that entry. A changed copy of the votes or the route in the decision
+/// row is a mismatch named by its column.
+#[test]
+fn the_chain_covers_an_escalated_decisions_route_and_votes() {
+    let entries = log_with_votes();
+    assert!(
+        entries[4]
+            .record
+            .contains(r#""votes":[{"person":"ann@example.com""#)
+    );
+    let v = verify_stored(&entries);
+    assert!(v.ok(), "{v:?}");
+
+    for (from, to) in [
+        ("looks right", "looks wrong"),
+        ("bob@example.com", "bob@example.org"),
+    ] {
+        let mut entries = log_with_votes();
+        entries[4].record = entries[4].record.replacen(from, to, 1);
+        assert_eq!(
+            failure(&verify_stored(&entries)),
+            (5, FailureKind::Altered),
+            "{to}"
+        );
+    }
+
+    type Change = fn(&mut DecisionColumns);
+    let changes: [(&str, Change); 3] = [
+        ("decisions.votes_json", |d| {
+            d.votes_json = d.votes_json.as_ref().map(|j| j.replacen("ok", "no", 1))
+        }),
+        ("decisions.votes_json", |d| d.votes_json = None),
+        ("decisions.route_id", |d| d.route_id = Some("other".into())),
+    ];
+    for (column, change) in changes {
+        let mut entries = log_with_votes();
+        change(
+            entries[4]
+                .copies
+                .as_mut()
+                .unwrap()
+                .decision
+                .as_mut()
+                .unwrap(),
+        );
+        let v = verify_stored(&entries);
+        let f = v
+            .failure
+            .as_ref()
+            .unwrap_or_else(|| panic!("{column}: {v:?}"));
+        assert_eq!(
+            (f.sequence, f.kind, f.column),
+            (5, FailureKind::Mismatch, Some(column))
+        );
+    }
 }

@@ -286,6 +286,7 @@ fn facts() -> ReviewFacts {
         }),
         others: Vec::new(),
         now: NOW,
+        routes: Vec::new(),
     }
 }
 

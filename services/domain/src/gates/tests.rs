@@ -60,6 +60,7 @@ fn facts() -> ReviewFacts {
         target: Some(target("node-01", TargetStatus::Online, "c1")),
         others: Vec::new(),
         now: NOW,
+        routes: Vec::new(),
     }
 }
 

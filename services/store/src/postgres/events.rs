@@ -55,7 +55,7 @@ pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
 }
 
 /// The `decisions` columns a decision is read from.
-const DECISION_COLUMNS: [&str; 13] = [
+const DECISION_COLUMNS: [&str; 15] = [
     "proposal_id",
     "outcome",
     "reason",
@@ -69,6 +69,8 @@ const DECISION_COLUMNS: [&str; 13] = [
     "decided_at",
     "summary",
     "review_latency_ms",
+    "route_id",
+    "votes_json",
 ];
 
 /// Events examined per prune (the pump prunes every minute).

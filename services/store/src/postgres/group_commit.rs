@@ -77,15 +77,16 @@ async fn insert_many(conn: &mut PgConnection, news: &[&NewProposal]) -> Result<V
     let inserted: Vec<String> = sqlx::query_scalar(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent, submitted_key)
+             trace_parent, submitted_key, submitted_by_person)
          SELECT n.id, $1, n.action, n.class, n.target, n.blast_radius, n.operator, n.spec_json,
                 n.spec_digest, n.idempotency_key, 'pending', n.submitted_by, $2, $2, n.trace_parent,
-                n.submitted_key
+                n.submitted_key, n.submitted_by_person
          FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-                     $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])
+                     $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
+                     $15::text[])
               WITH ORDINALITY AS n(id, action, class, target, blast_radius, operator, spec_json,
                                    spec_digest, idempotency_key, submitted_by, trace_parent,
-                                   submitted_key, ord)
+                                   submitted_key, submitted_by_person, ord)
          ORDER BY n.ord
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING id",
@@ -104,6 +105,7 @@ async fn insert_many(conn: &mut PgConnection, news: &[&NewProposal]) -> Result<V
     .bind(column(news, |n| n.submitted_by.as_str()))
     .bind(column(news, |n| n.trace_parent.as_deref()))
     .bind(column(news, |n| n.submitted_key.as_deref()))
+    .bind(column(news, |n| n.submitted_by_person.as_deref()))
     .fetch_all(&mut *conn)
     .await?;
     let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();

@@ -14,6 +14,7 @@ fn from_row(row: &PgRow) -> Result<ApiKeyRecord> {
         key_hash: row.try_get("key_hash")?,
         created_at: row.try_get("created_at")?,
         revoked_at: row.try_get("revoked_at")?,
+        person: row.try_get("person")?,
     })
 }
 
@@ -28,8 +29,8 @@ pub async fn insert(conn: &mut PgConnection, new: NewApiKey) -> Result<(ApiKeyRe
     }
     let (minted, name) = new.mint();
     let row = sqlx::query(
-        "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
+        "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at, person)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
     )
     .bind(&minted.id)
     .bind(&new.tenant)
@@ -38,6 +39,7 @@ pub async fn insert(conn: &mut PgConnection, new: NewApiKey) -> Result<(ApiKeyRe
     .bind(new.agent)
     .bind(&minted.hash[..])
     .bind(now_ms())
+    .bind(new.person())
     .fetch_one(&mut *conn)
     .await?;
     Ok((from_row(&row)?, minted.key))

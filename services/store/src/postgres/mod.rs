@@ -7,6 +7,7 @@
 //! [`PostgresStore::migrate_as_owner`] (`countersign migrate`).
 
 mod audit;
+mod escalations;
 #[doc(hidden)]
 pub use audit::{IN_COMMIT_ORDER, NEXT_DECISIONS};
 mod events;
@@ -23,6 +24,7 @@ mod review;
 #[doc(hidden)]
 pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, candidates_query};
 mod roles;
+mod routes;
 mod scope;
 mod suppression;
 #[doc(hidden)]

@@ -89,8 +89,9 @@ pub async fn insert(
     let inserted = sqlx::query(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent, submitted_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13, $14)
+             trace_parent, submitted_key, submitted_by_person)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13, $14,
+                 $15)
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     )
     .bind(&row.id)
@@ -107,6 +108,7 @@ pub async fn insert(
     .bind(now)
     .bind(&new.trace_parent)
     .bind(&new.submitted_key)
+    .bind(&new.submitted_by_person)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
@@ -177,7 +179,7 @@ impl Proposals for PostgresStore {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
         let row = sqlx::query(
             "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
-             WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing')
+             WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing', 'escalated')
                AND ($5::text IS NULL OR submitted_key = $5)
              RETURNING *",
         )

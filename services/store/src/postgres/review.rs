@@ -101,7 +101,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     let mut branches = vec![
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
-             AND state IN ('pending', 'reviewing')"
+             AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
@@ -109,7 +109,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')"
+             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
@@ -121,7 +121,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         branches.extend([
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-                 AND state IN ('pending', 'reviewing')"
+                 AND state IN ('pending', 'reviewing', 'escalated')"
             ),
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND state = 'approved'
@@ -135,7 +135,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
                     p2.decided_at
                  FROM targets t2 JOIN proposals p2 ON p2.tenant = t2.tenant AND p2.target = t2.id
                  WHERE t2.tenant = $1 AND t2.cluster = ANY($4)
-                 AND (p2.state IN ('pending', 'reviewing')
+                 AND (p2.state IN ('pending', 'reviewing', 'escalated')
                       OR (p2.state = 'approved' AND p2.decided_at >= $3))"
                 .to_owned(),
         );
@@ -300,18 +300,53 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Resu
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
              sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-             summary, review_latency_ms)
+             summary, review_latency_ms, route_id, votes_json)
          SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
                 rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
-                review_latency_ms
+                review_latency_ms, route_id, votes_json
          FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
              reason text, agent_message text, sop_id text, sop_version bigint,
              rollback_path text, gates_json text, missing_gates_json text, reviewer text,
-             decided_at bigint, summary text, review_latency_ms bigint)",
+             decided_at bigint, summary text, review_latency_ms bigint, route_id text,
+             votes_json text)",
     )
     .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
     .await?;
+    Ok(())
+}
+
+/// The (id, operator) of each rejection among `writes`: whose breakers they
+/// may trip.
+fn rejected<'a>(writes: &'a [Write<'_>]) -> Vec<(&'a str, &'a str)> {
+    writes
+        .iter()
+        .filter(|w| w.rejects())
+        .map(|w| (w.key.id.as_str(), w.operator.as_str()))
+        .collect()
+}
+
+/// Writes one tenant's decisions, the transaction in its scope and holding
+/// every row lock it will take: the state changes (refused whole if one
+/// moved), then the decisions (the first takes the event log's lock), then
+/// the breaker trips their rejections cause, logged after their events.
+pub(super) async fn write_decisions(
+    conn: &mut PgConnection,
+    tenant: &str,
+    writes: &[Write<'_>],
+    now: Millis,
+) -> Result<()> {
+    change_states(conn, tenant, writes, now).await?;
+    insert_decisions(conn, writes).await?;
+    let rejected = rejected(writes);
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let ids = suppression::trips(conn, tenant, &rejected, now).await?;
+    if !ids.is_empty() {
+        scope::write_pending_events(conn).await?;
+        suppression::log_trips(conn, tenant, &ids, now).await?;
+    }
     Ok(())
 }
 
@@ -398,7 +433,14 @@ impl Reviews for PostgresStore {
                     .bind(&targets)
                     .fetch_all(&mut *tx)
                     .await?;
-            let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows) else {
+            let route_rows =
+                sqlx::query("SELECT * FROM routes WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
+                    .bind(&tenant)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let Some(gathered) =
+                batch.gather(&indices, policy, &sop_rows, &target_rows, &route_rows)
+            else {
                 continue;
             };
             let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
@@ -465,11 +507,7 @@ impl Reviews for PostgresStore {
         // rejections' own.
         let mut tripped = Vec::new();
         for (tenant, writes) in &prepared {
-            let rejected: Vec<(&str, &str)> = writes
-                .iter()
-                .filter(|w| w.rejects())
-                .map(|w| (w.key.id.as_str(), w.operator.as_str()))
-                .collect();
+            let rejected = rejected(writes);
             if rejected.is_empty() {
                 continue;
             }

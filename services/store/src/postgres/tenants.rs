@@ -74,6 +74,7 @@ impl Tenants for PostgresStore {
                 name: "bootstrap-admin".into(),
                 role: Role::Admin,
                 agent: false,
+                person: None,
             },
         )
         .await?;

@@ -14,6 +14,7 @@ fn from_row(row: &Row<'_>) -> Result<ApiKeyRecord> {
         key_hash: row.get("key_hash")?,
         created_at: row.get("created_at")?,
         revoked_at: row.get("revoked_at")?,
+        person: row.get("person")?,
     })
 }
 
@@ -29,8 +30,8 @@ pub fn insert(conn: &Connection, new: NewApiKey) -> Result<(ApiKeyRecord, String
     let (minted, name) = new.mint();
     let record = conn
         .prepare_cached(
-            "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *",
+            "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at, person)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
         )?
         .query_row(
             params![
@@ -40,7 +41,8 @@ pub fn insert(conn: &Connection, new: NewApiKey) -> Result<(ApiKeyRecord, String
                 new.role.as_str(),
                 new.agent,
                 &minted.hash[..],
-                now_ms()
+                now_ms(),
+                new.person(),
             ],
             |row| Ok(from_row(row)),
         )??;

@@ -7,6 +7,7 @@
 
 mod audit;
 mod connection;
+mod escalations;
 mod events;
 mod group_commit;
 mod keys;
@@ -16,6 +17,7 @@ mod queue;
 mod reads;
 mod reference;
 mod review;
+mod routes;
 mod suppression;
 mod tenants;
 mod writes;

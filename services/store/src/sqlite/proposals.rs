@@ -18,10 +18,10 @@ pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 const INSERT_ROWS: &str = "
 INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent,
-    submitted_key)
+    submitted_key, submitted_by_person)
 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
        value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
-       value ->> 11, value ->> 11, value ->> 12, value ->> 13
+       value ->> 11, value ->> 11, value ->> 12, value ->> 13, value ->> 14
 FROM json_each(?1) WHERE true
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
@@ -44,6 +44,7 @@ fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
         now,
         new.trace_parent,
         new.submitted_key,
+        new.submitted_by_person,
     ])
 }
 
@@ -188,7 +189,7 @@ pub fn cancel(
     let cancelled = conn
         .prepare_cached(
             "UPDATE proposals SET state = 'cancelled', cancel_reason = ?1, updated_at = ?2
-             WHERE tenant = ?3 AND id = ?4 AND state IN ('pending', 'reviewing')
+             WHERE tenant = ?3 AND id = ?4 AND state IN ('pending', 'reviewing', 'escalated')
                AND (?5 IS NULL OR submitted_key = ?5)
              RETURNING *",
         )?

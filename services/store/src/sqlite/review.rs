@@ -119,7 +119,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     let mut branches = vec![
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND target IN (SELECT value FROM json_each(?2)) AND state IN ('pending', 'reviewing')"
+             AND target IN (SELECT value FROM json_each(?2)) AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
@@ -128,7 +128,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing')"
+             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
@@ -140,7 +140,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         branches.extend([
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-                 AND state IN ('pending', 'reviewing')"
+                 AND state IN ('pending', 'reviewing', 'escalated')"
             ),
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1 AND state = 'approved'
@@ -155,7 +155,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
                  FROM targets t2 CROSS JOIN proposals p2
                    ON p2.tenant = t2.tenant AND p2.target = t2.id
                  WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))
-                 AND (p2.state IN ('pending', 'reviewing')
+                 AND (p2.state IN ('pending', 'reviewing', 'escalated')
                       OR (p2.state = 'approved' AND p2.decided_at >= ?3))"
                 .to_owned(),
         );
@@ -168,9 +168,40 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     )
 }
 
-fn json_array<S: AsRef<str>>(items: &[S]) -> String {
+pub(super) fn json_array<S: AsRef<str>>(items: &[S]) -> String {
     let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
     serde_json::to_string(&items).expect("strings serialize")
+}
+
+/// The operations of `tenant` that may overlap an operation on `targets` (a
+/// JSON array), open or approved since `window_start`, by
+/// [`candidates_query`]: what the parallel-operation gate's facts are
+/// gathered from, and what an approval people reached is re-checked against.
+pub(super) fn candidates(
+    tx: &Connection,
+    tenant: &str,
+    targets: String,
+    window_start: Millis,
+    tenant_wide: bool,
+    clusters: &[String],
+) -> Result<Vec<OwnedRow>> {
+    let query = candidates_query(tenant_wide, !clusters.is_empty());
+    let mut candidates = tx.prepare_cached(&query)?;
+    // The query names ?4 (the clusters) only when there are clusters.
+    let parameters: [rusqlite::types::Value; 4] = [
+        tenant.to_owned().into(),
+        targets.into(),
+        window_start.into(),
+        json_array(clusters).into(),
+    ];
+    for (i, value) in parameters
+        .into_iter()
+        .enumerate()
+        .take(candidates.parameter_count())
+    {
+        candidates.raw_bind_parameter(i + 1, value)?;
+    }
+    OwnedRow::all(&mut candidates)
 }
 
 /// The facts of each proposal, in order, from one read transaction (one
@@ -225,26 +256,21 @@ pub fn facts_many(
         target_statement.raw_bind_parameter(1, &tenant)?;
         target_statement.raw_bind_parameter(2, &targets)?;
         let target_rows = OwnedRow::all(&mut target_statement)?;
-        let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows) else {
+        let mut routes = tx.prepare_cached("SELECT * FROM routes WHERE tenant = ?1 ORDER BY id")?;
+        routes.raw_bind_parameter(1, &tenant)?;
+        let route_rows = OwnedRow::all(&mut routes)?;
+        let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows, &route_rows)
+        else {
             continue;
         };
-        let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
-        let mut candidates = tx.prepare_cached(&query)?;
-        // The query names ?4 (the clusters) only when there are clusters.
-        let parameters: [rusqlite::types::Value; 4] = [
-            tenant.into(),
-            targets.into(),
-            gathered.window_start.into(),
-            json_array(&gathered.clusters).into(),
-        ];
-        for (i, value) in parameters
-            .into_iter()
-            .enumerate()
-            .take(candidates.parameter_count())
-        {
-            candidates.raw_bind_parameter(i + 1, value)?;
-        }
-        let rows = OwnedRow::all(&mut candidates)?;
+        let rows = candidates(
+            &tx,
+            &tenant,
+            targets,
+            gathered.window_start,
+            gathered.tenant_wide,
+            &gathered.clusters,
+        )?;
         batch.attach_others(gathered, &rows);
     }
     drop(tx);
@@ -345,19 +371,40 @@ pub fn record_many(
         ])?;
     }
     let writes = &plan.writes;
+    write_decisions(&tx, writes, now)?;
+    let events = writes
+        .iter()
+        .map(|w| events::signal(&w.key.tenant, &w.key.id, w.next))
+        .collect();
+    let outcomes = plan.outcomes;
+    tx.commit()?;
+    Ok((outcomes, events))
+}
+
+/// Writes decisions, their proposals' state changes (events by trigger) and
+/// the breaker trips their rejections cause, in the caller's transaction,
+/// in a handful of statements whatever their number. Each proposal must
+/// still be in the state its write moves it from: if one is not, the
+/// transaction is refused whole (`FailedPrecondition`).
+pub(super) fn write_decisions(
+    tx: &Connection,
+    writes: &[recording::Write<'_>],
+    now: Millis,
+) -> Result<()> {
     if !writes.is_empty() {
         let rows: Vec<serde_json::Value> = writes.iter().map(recording::Write::row).collect();
         tx.prepare_cached(
             "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
                  sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms)
+                 summary, review_latency_ms, route_id, votes_json)
              SELECT json_extract(value, '$.proposal_id'), json_extract(value, '$.tenant'),
                     json_extract(value, '$.outcome'), json_extract(value, '$.reason'),
                     json_extract(value, '$.agent_message'), json_extract(value, '$.sop_id'),
                     json_extract(value, '$.sop_version'), json_extract(value, '$.rollback_path'),
                     json_extract(value, '$.gates_json'), json_extract(value, '$.missing_gates_json'),
                     json_extract(value, '$.reviewer'), json_extract(value, '$.decided_at'),
-                    json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms')
+                    json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms'),
+                    json_extract(value, '$.route_id'), json_extract(value, '$.votes_json')
              FROM json_each(?1)",
         )?
         .execute([serde_json::Value::Array(rows).to_string()])?;
@@ -389,15 +436,9 @@ pub fn record_many(
                 "proposals changed under their decisions".into(),
             ));
         }
-        super::suppression::log_trips(&tx, writes, now)?;
+        super::suppression::log_trips(tx, writes, now)?;
     }
-    let events = writes
-        .iter()
-        .map(|w| events::signal(&w.key.tenant, &w.key.id, w.next))
-        .collect();
-    let outcomes = plan.outcomes;
-    tx.commit()?;
-    Ok((outcomes, events))
+    Ok(())
 }
 
 pub fn overdue(
@@ -551,6 +592,7 @@ mod tests {
                 tenant: "a".into(),
                 spec,
                 submitted_by: "t".into(),
+                submitted_by_person: None,
                 submitted_key: None,
                 trace_parent: None,
             })

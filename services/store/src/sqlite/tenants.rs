@@ -54,6 +54,7 @@ pub fn bootstrap(conn: &mut Connection) -> Result<Option<BootstrapKey>> {
             name: "bootstrap-admin".into(),
             role: Role::Admin,
             agent: false,
+            person: None,
         },
     )?;
     tx.commit()?;

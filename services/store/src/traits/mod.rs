@@ -6,30 +6,52 @@
 
 mod audit;
 mod directory;
+mod escalations;
 mod events;
 mod lifecycle;
 mod proposals;
 mod reference;
 mod reviews;
+mod routes;
 mod suppression;
 
 pub use audit::AuditLog;
 pub use directory::{ApiKeys, Directory, Tenants};
+pub use escalations::Escalations;
 pub use events::{Changes, EventLog};
 pub use lifecycle::Lifecycle;
 pub use proposals::Proposals;
 pub use reference::Reference;
 pub use reviews::Reviews;
+pub use routes::Routes;
 pub use suppression::Suppressions;
 
 /// Every role of the store: what a backend implements, and what a caller
 /// that needs all of them holds ([`crate::DynStore`]).
 pub trait Store:
-    Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+    Lifecycle
+    + Directory
+    + Proposals
+    + Reference
+    + Reviews
+    + Routes
+    + Escalations
+    + EventLog
+    + Suppressions
+    + AuditLog
 {
 }
 
 impl<T> Store for T where
-    T: Lifecycle + Directory + Proposals + Reference + Reviews + EventLog + Suppressions + AuditLog
+    T: Lifecycle
+        + Directory
+        + Proposals
+        + Reference
+        + Reviews
+        + Routes
+        + Escalations
+        + EventLog
+        + Suppressions
+        + AuditLog
 {
 }

@@ -30,6 +30,7 @@ fn rejected(id: &str) -> Proposal {
         },
         state: ProposalState::Rejected,
         submitted_by: "sre-bot".into(),
+        submitted_by_person: None,
         created_at: 1,
         updated_at: 2,
         decision: Some(Decision {
