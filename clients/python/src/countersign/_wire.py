@@ -1,0 +1,232 @@
+"""Conversions between the package's types and the generated protobuf
+messages, and from gRPC errors to the package's exceptions."""
+
+import datetime
+from typing import Any, Dict, Mapping, Optional, Type
+
+import grpc
+from google.protobuf import struct_pb2
+
+from countersign import _errors
+from countersign._types import (
+    BLAST_RADII,
+    CLASSES,
+    Decision,
+    GateResult,
+    Notification,
+    Proposal,
+    Receipt,
+    Spec,
+    SubmitResult,
+    Vote,
+)
+from countersign.v1 import notification_service_pb2, proposal_service_pb2, types_pb2
+
+_CLASS_TO_WIRE = {
+    "read": types_pb2.OPERATION_CLASS_READ,
+    "write": types_pb2.OPERATION_CLASS_WRITE,
+    "destructive": types_pb2.OPERATION_CLASS_DESTRUCTIVE,
+}
+_BLAST_RADIUS_TO_WIRE = {
+    "single_device": types_pb2.BLAST_RADIUS_SINGLE_DEVICE,
+    "cluster": types_pb2.BLAST_RADIUS_CLUSTER,
+    "tenant_wide": types_pb2.BLAST_RADIUS_TENANT_WIDE,
+}
+
+
+def _name(enum: Any, value: int, prefix: str) -> str:
+    """An enum value by its name without the prefix, lower-case
+    (`PROPOSAL_STATE_APPROVED` -> `approved`); "" for the zero value and
+    `unknown(N)` for a value this build does not know."""
+    if value == 0:
+        return ""
+    try:
+        return str(enum.Name(value))[len(prefix) :].lower()
+    except ValueError:
+        return f"unknown({value})"
+
+
+def check_class(cls: str) -> None:
+    if cls not in CLASSES:
+        raise ValueError(f"cls: must be one of {', '.join(CLASSES)} (got {cls!r})")
+
+
+def check_blast_radius(blast_radius: str) -> None:
+    if blast_radius not in BLAST_RADII:
+        raise ValueError(f"blast_radius: must be one of {', '.join(BLAST_RADII)} (got {blast_radius!r})")
+
+
+def spec_to_wire(spec: Spec) -> types_pb2.ProposalSpec:
+    check_class(spec.cls)
+    check_blast_radius(spec.blast_radius)
+    wire = types_pb2.ProposalSpec(
+        action=spec.action,
+        target=spec.target,
+        reason=spec.reason,
+        blast_radius=_BLAST_RADIUS_TO_WIRE[spec.blast_radius],
+        operator=spec.operator,
+        context_summary=spec.context_summary,
+        incident_id=spec.incident_id,
+        labels=dict(spec.labels),
+        rollback_plan=spec.rollback_plan,
+        force_approve_no_sop=spec.force_approve_no_sop,
+        idempotency_key=spec.idempotency_key,
+    )
+    setattr(wire, "class", _CLASS_TO_WIRE[spec.cls])
+    try:
+        wire.parameters.update(dict(spec.parameters))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"parameters: {error}") from None
+    return wire
+
+
+def _json(value: Any) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return _object(value.struct_value)
+    if kind == "list_value":
+        return [_json(item) for item in value.list_value.values]
+    if kind is None or kind == "null_value":
+        return None
+    return getattr(value, kind)
+
+
+def _object(struct: struct_pb2.Struct) -> Dict[str, Any]:
+    return {key: _json(value) for key, value in struct.fields.items()}
+
+
+def spec_from_wire(wire: types_pb2.ProposalSpec) -> Spec:
+    return Spec(
+        action=wire.action,
+        target=wire.target,
+        blast_radius=_name(types_pb2.BlastRadius, wire.blast_radius, "BLAST_RADIUS_"),
+        reason=wire.reason,
+        cls=_name(types_pb2.OperationClass, getattr(wire, "class"), "OPERATION_CLASS_"),
+        parameters=_object(wire.parameters),
+        operator=wire.operator,
+        context_summary=wire.context_summary,
+        incident_id=wire.incident_id,
+        labels=dict(wire.labels),
+        rollback_plan=wire.rollback_plan,
+        force_approve_no_sop=wire.force_approve_no_sop,
+        idempotency_key=wire.idempotency_key,
+    )
+
+
+def _millis(timestamp: Any) -> int:
+    return int(timestamp.seconds) * 1000 + int(timestamp.nanos) // 1_000_000
+
+
+def _time(message: Any, field: str) -> Optional[datetime.datetime]:
+    if not message.HasField(field):
+        return None
+    ms = _millis(getattr(message, field))
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+
+
+def _signature(text: str) -> bytes:
+    # A malformed signature is no signature: it verifies against nothing.
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return b""
+
+
+def _receipt(decision: types_pb2.Decision) -> Optional[Receipt]:
+    if "receipt" not in decision.DESCRIPTOR.fields_by_name or not decision.HasField("receipt"):
+        return None
+    wire = getattr(decision, "receipt")
+    return Receipt(
+        tenant=wire.tenant,
+        proposal_id=wire.proposal_id,
+        spec_digest=wire.spec_digest,
+        outcome=_name(types_pb2.DecisionOutcome, wire.outcome, "DECISION_OUTCOME_"),
+        decided_at_ms=_millis(wire.decided_at),
+        expires_at_ms=_millis(wire.expires_at),
+        signature=_signature(wire.signature),
+    )
+
+
+def decision_from_wire(wire: types_pb2.Decision) -> Decision:
+    return Decision(
+        outcome=_name(types_pb2.DecisionOutcome, wire.outcome, "DECISION_OUTCOME_"),
+        reason=wire.reason,
+        agent_message=wire.agent_message,
+        sop_id=wire.sop_id,
+        sop_version=wire.sop_version,
+        rollback_path=wire.rollback_path,
+        gates=tuple(GateResult(g.gate, g.passed, g.detail) for g in wire.gates),
+        missing_gates=tuple(wire.missing_gates),
+        reviewer=wire.reviewer,
+        decided_at=_time(wire, "decided_at"),
+        summary=wire.summary,
+        sequence=wire.sequence,
+        digest=wire.digest,
+        route_id=wire.route_id,
+        votes=tuple(
+            Vote(v.person, v.key_id, _name(types_pb2.Verdict, v.verdict, "VERDICT_"), v.comment, _time(v, "at"))
+            for v in wire.votes
+        ),
+        receipt=_receipt(wire),
+    )
+
+
+def proposal_from_wire(wire: types_pb2.Proposal) -> Proposal:
+    return Proposal(
+        id=wire.id,
+        tenant=wire.tenant,
+        spec=spec_from_wire(wire.spec),
+        state=_name(types_pb2.ProposalState, wire.state, "PROPOSAL_STATE_"),
+        submitted_by=wire.submitted_by,
+        submitted_by_person=wire.submitted_by_person,
+        created_at=_time(wire, "created_at"),
+        updated_at=_time(wire, "updated_at"),
+        decision=decision_from_wire(wire.decision) if wire.HasField("decision") else None,
+        suppressed_retries=wire.suppressed_retries,
+        cancel_reason=wire.cancel_reason,
+    )
+
+
+def submit_result(response: proposal_service_pb2.SubmitResponse) -> SubmitResult:
+    return SubmitResult(proposal_from_wire(response.proposal), response.deduplicated, response.suppressed)
+
+
+def notification_from_wire(wire: notification_service_pb2.Notification) -> Notification:
+    return Notification(
+        cursor=wire.cursor,
+        event=_name(notification_service_pb2.EventKind, wire.event, "EVENT_KIND_"),
+        proposal=proposal_from_wire(wire.proposal) if wire.HasField("proposal") else None,
+        emitted_at=_time(wire, "emitted_at"),
+    )
+
+
+_ERRORS: Mapping[grpc.StatusCode, Type[_errors.CountersignError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: _errors.InvalidArgument,
+    grpc.StatusCode.UNAUTHENTICATED: _errors.Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: _errors.PermissionDenied,
+    grpc.StatusCode.NOT_FOUND: _errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: _errors.AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: _errors.FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: _errors.ResourceExhausted,
+    grpc.StatusCode.OUT_OF_RANGE: _errors.OutOfRange,
+    grpc.StatusCode.UNAVAILABLE: _errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: _errors.DeadlineExceeded,
+}
+
+
+def status_code(error: grpc.RpcError) -> grpc.StatusCode:
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+
+
+def status_details(error: grpc.RpcError) -> str:
+    details = error.details() if callable(getattr(error, "details", None)) else None
+    return details or ""
+
+
+def error_from_rpc(error: grpc.RpcError, proposal_id: Optional[str] = None) -> _errors.CountersignError:
+    """The package's exception for a failed call."""
+    code = status_code(error)
+    kind = _ERRORS.get(code, _errors.CountersignError)
+    name = code.name
+    return kind(f"{name}: {status_details(error)}", code=name, proposal_id=proposal_id)
