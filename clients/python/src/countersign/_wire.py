@@ -34,16 +34,30 @@ _BLAST_RADIUS_TO_WIRE = {
 }
 
 
-def _name(enum: Any, value: int, prefix: str) -> str:
-    """An enum value by its name without the prefix, lower-case
+class _Names:
+    """An enum's values by their names without the prefix, lower-case
     (`PROPOSAL_STATE_APPROVED` -> `approved`); "" for the zero value and
     `unknown(N)` for a value this build does not know."""
-    if value == 0:
-        return ""
-    try:
-        return str(enum.Name(value))[len(prefix) :].lower()
-    except ValueError:
-        return f"unknown({value})"
+
+    def __init__(self, enum: Any, prefix: str) -> None:
+        self._names = {
+            value.number: value.name[len(prefix) :].lower() for value in enum.DESCRIPTOR.values if value.number
+        }
+        self._names[0] = ""
+
+    def __call__(self, value: int) -> str:
+        name = self._names.get(value)
+        return f"unknown({value})" if name is None else name
+
+
+_CLASS = _Names(types_pb2.OperationClass, "OPERATION_CLASS_")
+_BLAST_RADIUS = _Names(types_pb2.BlastRadius, "BLAST_RADIUS_")
+_STATE = _Names(types_pb2.ProposalState, "PROPOSAL_STATE_")
+_OUTCOME = _Names(types_pb2.DecisionOutcome, "DECISION_OUTCOME_")
+_VERDICT = _Names(types_pb2.Verdict, "VERDICT_")
+_EVENT = _Names(notification_service_pb2.EventKind, "EVENT_KIND_")
+# Whether this build's Decision has a receipt (stubs of an older contract do not).
+_RECEIPTS = "receipt" in types_pb2.Decision.DESCRIPTOR.fields_by_name
 
 
 def check_class(cls: str) -> None:
@@ -99,9 +113,9 @@ def spec_from_wire(wire: types_pb2.ProposalSpec) -> Spec:
     return Spec(
         action=wire.action,
         target=wire.target,
-        blast_radius=_name(types_pb2.BlastRadius, wire.blast_radius, "BLAST_RADIUS_"),
+        blast_radius=_BLAST_RADIUS(wire.blast_radius),
         reason=wire.reason,
-        cls=_name(types_pb2.OperationClass, getattr(wire, "class"), "OPERATION_CLASS_"),
+        cls=_CLASS(getattr(wire, "class")),
         parameters=_object(wire.parameters),
         operator=wire.operator,
         context_summary=wire.context_summary,
@@ -133,14 +147,14 @@ def _signature(text: str) -> bytes:
 
 
 def _receipt(decision: types_pb2.Decision) -> Optional[Receipt]:
-    if "receipt" not in decision.DESCRIPTOR.fields_by_name or not decision.HasField("receipt"):
+    if not _RECEIPTS or not decision.HasField("receipt"):
         return None
     wire = getattr(decision, "receipt")
     return Receipt(
         tenant=wire.tenant,
         proposal_id=wire.proposal_id,
         spec_digest=wire.spec_digest,
-        outcome=_name(types_pb2.DecisionOutcome, wire.outcome, "DECISION_OUTCOME_"),
+        outcome=_OUTCOME(wire.outcome),
         decided_at_ms=_millis(wire.decided_at),
         expires_at_ms=_millis(wire.expires_at),
         signature=_signature(wire.signature),
@@ -149,7 +163,7 @@ def _receipt(decision: types_pb2.Decision) -> Optional[Receipt]:
 
 def decision_from_wire(wire: types_pb2.Decision) -> Decision:
     return Decision(
-        outcome=_name(types_pb2.DecisionOutcome, wire.outcome, "DECISION_OUTCOME_"),
+        outcome=_OUTCOME(wire.outcome),
         reason=wire.reason,
         agent_message=wire.agent_message,
         sop_id=wire.sop_id,
@@ -164,7 +178,7 @@ def decision_from_wire(wire: types_pb2.Decision) -> Decision:
         digest=wire.digest,
         route_id=wire.route_id,
         votes=tuple(
-            Vote(v.person, v.key_id, _name(types_pb2.Verdict, v.verdict, "VERDICT_"), v.comment, _time(v, "at"))
+            Vote(v.person, v.key_id, _VERDICT(v.verdict), v.comment, _time(v, "at"))
             for v in wire.votes
         ),
         receipt=_receipt(wire),
@@ -176,7 +190,7 @@ def proposal_from_wire(wire: types_pb2.Proposal) -> Proposal:
         id=wire.id,
         tenant=wire.tenant,
         spec=spec_from_wire(wire.spec),
-        state=_name(types_pb2.ProposalState, wire.state, "PROPOSAL_STATE_"),
+        state=_STATE(wire.state),
         submitted_by=wire.submitted_by,
         submitted_by_person=wire.submitted_by_person,
         created_at=_time(wire, "created_at"),
@@ -194,7 +208,7 @@ def submit_result(response: proposal_service_pb2.SubmitResponse) -> SubmitResult
 def notification_from_wire(wire: notification_service_pb2.Notification) -> Notification:
     return Notification(
         cursor=wire.cursor,
-        event=_name(notification_service_pb2.EventKind, wire.event, "EVENT_KIND_"),
+        event=_EVENT(wire.event),
         proposal=proposal_from_wire(wire.proposal) if wire.HasField("proposal") else None,
         emitted_at=_time(wire, "emitted_at"),
     )

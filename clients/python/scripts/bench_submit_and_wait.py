@@ -1,0 +1,199 @@
+"""Benchmark: the Python client's `submit_and_wait` on approved proposals
+against the Rust bench client's figure in the same run.
+
+    python scripts/bench_submit_and_wait.py \
+        --countersign target/release/countersign --bench target/release/countersign-bench
+
+Each measures the same thing the same way: a closed loop of 32 clients, each
+waiting for its decision before it submits the next, every proposal built to
+be approved, against an embedded server (SQLite and the embedded queue)
+started for it on a fresh data directory, after a warm-up that is not counted. First `countersign-bench submit-decide
+--reject-ratio 0` ("submit → decision"), then 32 Python threads sharing one
+`countersign.Client` (as an application shares it), then 32 asyncio tasks
+sharing one `countersign.AsyncClient`; `--rounds` times, interleaved. It prints
+the median round's p50s and their difference to Rust's (the goal: the Python
+client adds at most 1 ms at p50).
+
+Run it from the venv of run-tests.sh (or any with grpcio and protobuf), with
+release binaries (`cargo build --release -p countersign -p countersign-bench`).
+It is not part of the tests.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import countersign  # noqa: E402
+
+
+def percentile(sorted_ms: List[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, warmup: int) -> dict:
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(
+            [
+                str(bench),
+                "submit-decide",
+                "--proposals", str(proposals),
+                "--clients", str(clients),
+                "--reject-ratio", "0",
+                "--warmup", str(warmup),
+                "--countersign", str(server_binary),
+                "--out-dir", out,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        (result,) = Path(out).glob("submit-decide-*.json")
+        latencies = json.loads(result.read_text())["latencies"]["submit → decision"]
+    return {"p50_ms": latencies["p50_ms"], "p90_ms": latencies["p90_ms"], "p99_ms": latencies["p99_ms"]}
+
+
+def seed(server, pool: int) -> str:
+    """What the Rust bench seeds: one SOP, `pool` online targets, no parallel
+    window and no breaker; a coordinator key."""
+    server.admin("tenant", "set", "default", "--parallel-window", "0s", "--breaker-threshold", "0")
+    server.put_sop("SOP-BENCH", "bench_restart")
+    for n in range(pool):
+        server.put_target(f"bench-{n}", {"cluster": f"c{n % 8}"})
+    return server.key("coordinator")
+
+
+def spec(n: int, pool: int) -> countersign.Spec:
+    """The Rust bench's approved proposal number `n`."""
+    return countersign.Spec(
+        action="bench_restart",
+        target=f"bench-{n % pool}",
+        blast_radius="single_device",
+        reason="benchmark",
+        parameters={"n": n},
+        operator="bench",
+    )
+
+
+def run_threads(endpoint: str, key: str, numbers: Iterator[int], pool: int, clients: int, warmup: int) -> List[float]:
+    """`clients` threads sharing one Client, each in a closed loop."""
+    latencies: List[float] = []
+    lock = threading.Lock()
+
+    def client_loop(client: countersign.Client) -> None:
+        for n in numbers:
+            started = time.perf_counter()
+            proposal = client.submit_and_wait(spec(n, pool), timeout=60)
+            elapsed = (time.perf_counter() - started) * 1000
+            if proposal.state != "approved":
+                raise SystemExit(f"proposal {proposal.id} was {proposal.state}, not approved")
+            if n >= warmup:
+                with lock:
+                    latencies.append(elapsed)
+
+    with countersign.Client(endpoint, key) as client:
+        threads = [threading.Thread(target=client_loop, args=(client,)) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return latencies
+
+
+def run_tasks(endpoint: str, key: str, numbers: Iterator[int], pool: int, clients: int, warmup: int) -> List[float]:
+    """`clients` asyncio tasks sharing one AsyncClient, each in a closed loop."""
+    latencies: List[float] = []
+
+    async def client_loop(client: countersign.AsyncClient) -> None:
+        for n in numbers:
+            started = time.perf_counter()
+            proposal = await client.submit_and_wait(spec(n, pool), timeout=60)
+            elapsed = (time.perf_counter() - started) * 1000
+            if proposal.state != "approved":
+                raise SystemExit(f"proposal {proposal.id} was {proposal.state}, not approved")
+            if n >= warmup:
+                latencies.append(elapsed)
+
+    async def run() -> None:
+        async with countersign.AsyncClient(endpoint, key) as client:
+            await asyncio.gather(*(client_loop(client) for _ in range(clients)))
+
+    asyncio.run(run())
+    return latencies
+
+
+def python_figure(server_binary: Path, proposals: int, clients: int, warmup: int, driver: Callable) -> dict:
+    os.environ["COUNTERSIGN_BIN"] = str(server_binary)
+    from support import Server  # the tests' launcher: serve on a free port, fresh data
+
+    pool = max(clients, min(proposals, 1024))
+    with tempfile.TemporaryDirectory() as data:
+        server = Server(Path(data))
+        try:
+            key = seed(server, pool)
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            latencies = driver(server.endpoint, key, iter(range(warmup + proposals)), pool, clients, warmup)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+        finally:
+            server.stop()
+    latencies.sort()
+    return {
+        "p50_ms": round(percentile(latencies, 0.50), 3),
+        "p90_ms": round(percentile(latencies, 0.90), 3),
+        "p99_ms": round(percentile(latencies, 0.99), 3),
+        "count": len(latencies),
+        # This process's CPU per call: what the client costs the machine it shares with the server.
+        "client_cpu_us_per_call": round(
+            1e6 * (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / (warmup + proposals)
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--countersign", type=Path, default=REPO / "target" / "release" / "countersign")
+    parser.add_argument("--bench", type=Path, default=REPO / "target" / "release" / "countersign-bench")
+    parser.add_argument("--proposals", type=int, default=5000, help="measured per client and round (default %(default)s)")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three, interleaved (default %(default)s)")
+    args = parser.parse_args()
+    for binary in (args.countersign, args.bench):
+        if not binary.is_file():
+            raise SystemExit(f"no binary at {binary}: cargo build --release -p countersign -p countersign-bench")
+    rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", "Python Client, threads", "Python AsyncClient")}
+    for _ in range(args.rounds):
+        # Interleaved, so that a machine busier in one stretch weighs on all three.
+        rounds["Rust bench client"].append(rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup))
+        for name, driver in (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks)):
+            rounds[name].append(python_figure(args.countersign, args.proposals, args.clients, args.warmup, driver))
+    print(f"submit_and_wait on approved proposals: {args.clients} clients, embedded server, "
+          f"{args.proposals} measured, {args.rounds} rounds (each figure: the median round's)")
+    print(f"{'':26}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p50 - Rust':>12}   p50 by round")
+    rust = statistics.median(f["p50_ms"] for f in rounds["Rust bench client"])
+    for name, figures in rounds.items():
+        p50, p90, p99 = (statistics.median(f[q] for f in figures) for q in ("p50_ms", "p90_ms", "p99_ms"))
+        by_round = " ".join(f"{f['p50_ms']:.1f}" for f in figures)
+        print(f"{name:26}{p50:>10.3f}{p90:>10.3f}{p99:>10.3f}{p50 - rust:>+12.3f}   {by_round}")
+    for name in ("Python Client, threads", "Python AsyncClient"):
+        cpu = statistics.median(f["client_cpu_us_per_call"] for f in rounds[name])
+        print(f"{name}: {cpu:.0f} µs of client CPU per call")
+    print("goal: the Python client adds at most 1 ms at p50")
+    print(json.dumps(rounds))
+
+
+if __name__ == "__main__":
+    main()
