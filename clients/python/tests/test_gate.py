@@ -10,8 +10,10 @@ import time
 import pytest
 
 import countersign
+from countersign import _wire
+from countersign.v1 import types_pb2
 from gates import FLAVORS, Gated
-from support import ACTION, TamperingProxy, free_port, unique
+from support import ACTION, TamperingProxy, free_port, public_key, sign, unique
 
 pytestmark = pytest.mark.parametrize("flavor", FLAVORS)
 
@@ -62,6 +64,7 @@ def test_a_suppressed_retry_raises_at_once_with_the_cached_rejection(flavor, ser
     assert retry.value.suppressed
     assert retry.value.proposal_id == first.value.proposal_id
     assert retry.value.agent_message
+    assert retry.value.reason == first.value.reason and "target_state" in retry.value.reason
 
 
 def test_an_identical_retry_of_a_rejection_gets_its_proposal_again(flavor, server, coordinator):
@@ -161,45 +164,45 @@ def test_a_bad_request_and_a_bad_key_never_run_it(flavor, server, coordinator):
 # under test can refuse them.
 
 
-def _flip_signature(receipt, server):
+def _flip_signature(proposal, server):
+    receipt = proposal.decision.receipt
     signature = bytearray(bytes.fromhex(receipt.signature))
     signature[7] ^= 0x01
     receipt.signature = signature.hex()
 
 
-def _another_spec(receipt, server):
+def _another_spec(proposal, server):
     other = countersign.Spec(action=ACTION, target="another-node", blast_radius="single_device", reason="other")
-    receipt.spec_digest = countersign.spec_digest(other)
-    _resign(receipt, server)
+    proposal.decision.receipt.spec_digest = countersign.spec_digest(other)
+    _resign(proposal, server)
 
 
-def _another_tenant(receipt, server):
-    receipt.tenant = "acme"
-    _resign(receipt, server)
+def _another_tenant(proposal, server):
+    proposal.decision.receipt.tenant = "acme"
+    _resign(proposal, server)
 
 
-def _expired(receipt, server):
-    receipt.expires_at.FromMilliseconds(int(time.time() * 1000) - 1000)
-    _resign(receipt, server)
+def _expired(proposal, server):
+    proposal.decision.receipt.expires_at.FromMilliseconds(int(time.time() * 1000) - 1000)
+    _resign(proposal, server)
 
 
-def _another_proposal(receipt, server):
-    receipt.proposal_id = "01KBNOTTHISPROPOSAL000000000"
-    _resign(receipt, server)
+def _another_proposal(proposal, server):
+    proposal.decision.receipt.proposal_id = "01KBNOTTHISPROPOSAL000000000"
+    _resign(proposal, server)
 
 
-def _resign(receipt, server):
-    from countersign import _wire
-    from countersign.v1 import types_pb2
-    from support import sign
-
-    holder = types_pb2.Decision()
-    holder.receipt.CopyFrom(receipt)
-    receipt.signature = sign(server.signing_seed, _wire._receipt(holder).signed_bytes()).hex()
+def _no_receipt(proposal, server):
+    proposal.decision.ClearField("receipt")
 
 
-def _removed(decision):
-    decision.ClearField("receipt")
+def _not_an_approving_decision(proposal, server):
+    proposal.decision.outcome = types_pb2.DECISION_OUTCOME_REJECT
+
+
+def _resign(proposal, server):
+    receipt = _wire.decision_from_wire(proposal.decision).receipt
+    proposal.decision.receipt.signature = sign(server.signing_seed, receipt.signed_bytes()).hex()
 
 
 FORGERIES = {
@@ -208,18 +211,16 @@ FORGERIES = {
     "another-tenant": _another_tenant,
     "past-expiry": _expired,
     "another-proposal": _another_proposal,
+    "no-receipt": _no_receipt,
+    "not-an-approving-decision": _not_an_approving_decision,
 }
 
 
-@pytest.mark.parametrize("forgery", [*FORGERIES, "no-receipt"])
+@pytest.mark.parametrize("forgery", FORGERIES)
 def test_an_approval_whose_receipt_does_not_hold_never_runs_it(flavor, forgery, server, coordinator):
     def tamper(proposal):
-        if proposal.state != 3 or not proposal.decision.HasField("receipt"):  # APPROVED
-            return
-        if forgery == "no-receipt":
-            _removed(proposal.decision)
-        else:
-            FORGERIES[forgery](proposal.decision.receipt, server)
+        if proposal.state == types_pb2.PROPOSAL_STATE_APPROVED and proposal.decision.HasField("receipt"):
+            FORGERIES[forgery](proposal, server)
 
     proxy = TamperingProxy(server, tamper)
     try:
@@ -244,8 +245,6 @@ def test_the_untampered_proxy_passes_approvals_through(flavor, server, coordinat
 
 
 def test_a_receipt_under_another_key_never_runs_it(flavor, server, coordinator):
-    from support import public_key
-
     gated = Gated(flavor, server.endpoint, coordinator, public_key(b"\x07" * 32).hex())
     with pytest.raises(countersign.InvalidReceipt, match="signature"):
         gated.call(gate_for(server.target()))

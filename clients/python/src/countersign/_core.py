@@ -240,11 +240,10 @@ class Attempt:
             raise InvalidReceipt(f"the answer is about proposal {proposal.id!r}", proposal_id=self.proposal_id)
         if proposal.state in OPEN_STATES:
             return None
-        if (
-            proposal.state != types_pb2.PROPOSAL_STATE_APPROVED
-            or proposal.decision.outcome != types_pb2.DECISION_OUTCOME_APPROVE
-        ):
+        if proposal.state != types_pb2.PROPOSAL_STATE_APPROVED:
             raise rejection(proposal, suppressed=False)
+        if proposal.decision.outcome != types_pb2.DECISION_OUTCOME_APPROVE:
+            raise InvalidReceipt("the proposal is APPROVED without an approving decision", proposal_id=proposal.id)
         if proposal.tenant != self._tenant:
             raise InvalidReceipt(f"the answer is for tenant {proposal.tenant!r}", proposal_id=self.proposal_id)
         read = _wire.proposal_from_wire(proposal)
