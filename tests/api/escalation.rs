@@ -19,7 +19,7 @@ use tonic::Code;
 
 use crate::escalation_support::{
     ANN, BOB, Backend, Scene, TENANT, WAIT, expiring, human_gate, on_both_backends, person_key,
-    refused, resolve, route, state, wait_for,
+    refused, resolve, route, state, until_event, wait_for,
 };
 
 on_both_backends!(
@@ -420,16 +420,10 @@ async fn a_human_reject_suppresses_an_identical_retry_and_an_escalation_is_never
         "{second:?}"
     );
 
+    let mut stream = scene.watch_live(&scene.carol).await;
     scene.reject(&scene.ann, &id).await.unwrap();
-    // The fan-out hands the REJECTED event to the suppression cache.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let answer = loop {
-        let answer = again().await;
-        if answer.suppressed || tokio::time::Instant::now() > deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    until_event(&mut stream, &id, EventKind::Rejected).await;
+    let answer = again().await;
     assert!(answer.suppressed, "a human reject is cached: {answer:?}");
     let earlier = answer.proposal.unwrap();
     assert_eq!(earlier.id, id);

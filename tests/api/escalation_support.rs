@@ -8,8 +8,9 @@ use std::time::Duration;
 use countersign::client::BearerAuth;
 use countersign_domain::{Role, TargetStatus};
 use countersign_proto::v1::{
-    self, ListEscalationsRequest, ProposalState, PutRouteRequest, ResolveRequest, Verdict,
-    escalation_service_client::EscalationServiceClient, policy_service_client::PolicyServiceClient,
+    self, EventKind, ListEscalationsRequest, ProposalState, PutRouteRequest, ResolveRequest,
+    Verdict, escalation_service_client::EscalationServiceClient,
+    policy_service_client::PolicyServiceClient,
 };
 use countersign_reviewer::ReviewerConfig;
 use countersign_store::NewApiKey;
@@ -19,7 +20,7 @@ use countersign_test_support::{
     postgres::TestDatabase,
     redis,
 };
-use tonic::{Status, service::interceptor::InterceptedService, transport::Channel};
+use tonic::{Status, Streaming, service::interceptor::InterceptedService, transport::Channel};
 
 use crate::production::is_terminal;
 
@@ -312,6 +313,14 @@ impl Scene {
             .unwrap_or_else(|status| panic!("{id} undecided: {status:?}"))
     }
 
+    /// The tenant's review stream from now on, as `key` watches it.
+    pub async fn watch_live(&self, key: &str) -> Streaming<v1::Notification> {
+        self.app()
+            .watch(key, v1::WatchRequest::default())
+            .await
+            .expect("Watch")
+    }
+
     /// [`Scene::escalate_as`] submitted by sam.
     pub async fn escalate(&self, target: &str) -> String {
         self.escalate_as(&self.sam, target).await
@@ -374,6 +383,22 @@ pub async fn resolve(
         })
         .await
         .map(|r| r.into_inner())
+}
+
+/// Reads `stream` until `id`'s event `kind`: by then the process's
+/// observers (the suppression cache) have seen it too, as the fan-out hands
+/// each event to them before the watchers.
+pub async fn until_event(stream: &mut Streaming<v1::Notification>, id: &str, kind: EventKind) {
+    loop {
+        let n = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind:?} of {id} in time"))
+            .expect("the stream stays healthy")
+            .expect("the stream stays open");
+        if n.event == kind as i32 && n.proposal.is_some_and(|p| p.id == id) {
+            return;
+        }
+    }
 }
 
 /// Waits until `id` is in `state` (a proposal that passes it for a terminal

@@ -5,15 +5,15 @@
 
 use countersign_domain::{Role, TargetStatus};
 use countersign_proto::v1::{
-    self, DeleteRouteRequest, ListRoutesRequest, ProposalState, PutRouteRequest,
+    self, DeleteRouteRequest, EventKind, ListRoutesRequest, ProposalState, PutRouteRequest,
 };
 use countersign_test_support::fixtures::{production, wire_spec_on};
 use tonic::Code;
 
 use crate::{
     escalation_support::{
-        Backend, Scene, TENANT, WAIT, on_both_backends, person_key, policy, put_route, route,
-        state, wait_for,
+        Backend, Scene, TENANT, on_both_backends, person_key, policy, put_route, route, state,
+        until_event, wait_for,
     },
     helpers::assert_code,
 };
@@ -216,19 +216,12 @@ async fn putting_a_route_drops_the_cached_rejections_it_would_now_escalate(backe
     let scene = Scene::new(backend, route("r", 1)).await;
     let app = scene.app();
     scene.target("db-1").await;
+    let mut stream = scene.watch_live(&scene.admin).await;
     let first = app.submit_id(&scene.sam, failover("db-1")).await;
-    let rejected = scene.decided(&first).await;
-    assert_eq!(state(&rejected), ProposalState::Rejected, "{rejected:?}");
+    until_event(&mut stream, &first, EventKind::Rejected).await;
     // The same call again is answered from the cache…
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let again = app.submit(&scene.sam, failover("db-1")).await.unwrap();
-        if again.suppressed {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never suppressed");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let again = app.submit(&scene.sam, failover("db-1")).await.unwrap();
+    assert!(again.suppressed, "{again:?}");
     // …until a route would send it to people.
     put_route(
         app,
