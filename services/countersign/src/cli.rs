@@ -68,7 +68,7 @@ pub enum ClientCommandWithArgs {
         conn: ClientArgs,
         id: String,
     },
-    /// Cancel a pending or reviewing proposal.
+    /// Cancel a pending, reviewing or escalated proposal.
     Cancel {
         #[command(flatten)]
         conn: ClientArgs,
