@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use countersign_domain::{
-    Decision, Permission, Proposal, ProposalState,
+    Decision, Millis, Permission, Proposal, ProposalState,
     escalation::{self, Ballot, Resolution},
     now_ms,
 };
@@ -65,7 +65,7 @@ pub(crate) async fn proposal_view(
 }
 
 /// How long people took over a decision they made, by its outcome.
-fn record_resolution(opened_at: i64, decision: &Decision) {
+fn record_resolution(opened_at: Millis, decision: &Decision) {
     let verdict = decision.outcome.as_str();
     metrics::counter!("countersign_escalations_resolved_total", "verdict" => verdict).increment(1);
     let seconds = decision.decided_at.saturating_sub(opened_at).max(0) as f64 / 1000.0;
