@@ -13,6 +13,7 @@ pub mod metrics_endpoint;
 pub mod migrate;
 pub mod output;
 pub mod queue_gauges;
+pub mod receipt;
 pub mod reference;
 pub mod route;
 pub mod serve;

@@ -170,6 +170,7 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
             "review_latency_ms": d.review_latency_ms,
             "route_id": d.route_id,
             "votes": d.votes.iter().map(crate::inbox::vote_json).collect::<Vec<_>>(),
+            "receipt": d.receipt.as_ref().map(crate::receipt::json),
         })
     });
     json!({
