@@ -88,6 +88,22 @@ fn countersign(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String
     (code == Some(0), out, err)
 }
 
+/// The server runs without transparent huge pages: with them, every 2 MiB
+/// region of its allocator's arenas that holds one live 64 KiB page stays
+/// resident whole (BENCHMARKS.md, "embedded memory").
+#[cfg(target_os = "linux")]
+#[test]
+fn serve_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let enabled = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    assert_eq!(enabled, Some("0"), "{status}");
+}
+
 #[test]
 fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
