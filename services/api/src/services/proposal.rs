@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use countersign_domain::now_ms;
 
+use super::view::Views;
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
@@ -38,14 +39,21 @@ fn await_poll() -> std::time::Duration {
 
 pub struct ProposalApi {
     store: Arc<dyn Proposals>,
+    views: Views,
     fanout: Fanout,
     suppression: Arc<Suppression>,
 }
 
 impl ProposalApi {
-    pub fn new(store: Arc<dyn Proposals>, fanout: Fanout, suppression: Arc<Suppression>) -> Self {
+    pub fn new(
+        store: Arc<dyn Proposals>,
+        views: Views,
+        fanout: Fanout,
+        suppression: Arc<Suppression>,
+    ) -> Self {
         ProposalApi {
             store,
+            views,
             fanout,
             suppression,
         }
@@ -65,15 +73,12 @@ fn suppressed(entry: &Entry, retry: ProposalSpec, caller: &Caller) -> Response<S
     })
 }
 
-/// The answer to a submission whose idempotency key names `earlier`, with
-/// the same spec.
-fn deduplicated(
-    earlier: &countersign_domain::Proposal,
-    caller: &Caller,
-) -> Response<SubmitResponse> {
+/// The answer to a submission whose idempotency key names `earlier` (its
+/// wire form), with the same spec.
+fn deduplicated(earlier: Proposal) -> Response<SubmitResponse> {
     tracing::info!(proposal = %earlier.id, deduplicated = true, "proposal accepted");
     Response::new(SubmitResponse {
-        proposal: Some(proposal_to_proto(earlier, caller.principal.agent)),
+        proposal: Some(earlier),
         deduplicated: true,
         suppressed: false,
     })
@@ -118,7 +123,11 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                return Ok(deduplicated(&earlier, &caller));
+                let view = self
+                    .views
+                    .proposal(&earlier, caller.principal.agent)
+                    .await?;
+                return Ok(deduplicated(view));
             }
             match refusal {
                 Refusal::BreakerOpen { window } => {
@@ -156,8 +165,13 @@ impl ProposalService for ProposalApi {
         let proposal = outcome.proposal();
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
+        // A deduplicated one may be waiting for people.
+        let view = self
+            .views
+            .proposal(proposal, caller.principal.agent)
+            .await?;
         Ok(Response::new(SubmitResponse {
-            proposal: Some(proposal_to_proto(proposal, caller.principal.agent)),
+            proposal: Some(view),
             deduplicated,
             suppressed: false,
         }))
@@ -177,10 +191,11 @@ impl ProposalService for ProposalApi {
             .await
             .or_status()?
             .ok_or_else(|| not_found(&id))?;
-        Ok(Response::new(proposal_to_proto(
-            &proposal,
-            caller.principal.agent,
-        )))
+        let view = self
+            .views
+            .proposal(&proposal, caller.principal.agent)
+            .await?;
+        Ok(Response::new(view))
     }
 
     async fn cancel_proposal(
@@ -234,20 +249,18 @@ impl ProposalService for ProposalApi {
                 .or_status()?
                 .ok_or_else(|| not_found(&id))?;
             if proposal.state.is_terminal() {
-                return Ok(Response::new(proposal_to_proto(
-                    &proposal,
-                    caller.principal.agent,
-                )));
+                return Ok(Response::new(
+                    self.views.decided(&proposal, caller.principal.agent),
+                ));
             }
             // The call's deadline (the timeout layer) ends the wait with
             // DEADLINE_EXCEEDED.
             tokio::select! {
                 published = &mut ended => match published {
                     Some(published) => {
-                        return Ok(Response::new(proposal_to_proto(
-                            &published.event.proposal,
-                            caller.principal.agent,
-                        )));
+                        return Ok(Response::new(
+                            self.views.decided(&published.event.proposal, caller.principal.agent),
+                        ));
                     }
                     None => ended = self.fanout.await_end(&caller.tenant.name, &id),
                 },
