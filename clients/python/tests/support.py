@@ -107,9 +107,8 @@ class Server:
         return grpc.insecure_channel(f"127.0.0.1:{self.port}")
 
     def seed(self) -> None:
-        """The tests' SOP; no breaker (the tests reject a lot) and no parallel
-        window (their approvals share a cluster)."""
-        self.admin("tenant", "set", "default", "--breaker-threshold", "0", "--parallel-window", "0s")
+        """The tests' SOP, and no breaker (the tests reject a lot)."""
+        self.admin("tenant", "set", "default", "--breaker-threshold", "0")
         self.put_sop("SOP-PY", ACTION, selector={"env": "pytest"})
 
     def put_sop(self, sop_id: str, action: str, selector: Optional[dict] = None) -> None:
@@ -131,9 +130,10 @@ class Server:
         return (("authorization", f"Bearer {self.admin_key}"),)
 
     def target(self, prefix: str = "node") -> str:
-        """A new ONLINE target the tests' SOP covers."""
+        """A new ONLINE target the tests' SOP covers, alone in its cluster (a
+        cluster operation on it overlaps no other test's proposals)."""
         name = unique(prefix)
-        self.put_target(name, {"env": "pytest", "cluster": "c1"})
+        self.put_target(name, {"env": "pytest", "cluster": name})
         return name
 
     def put_target(self, name: str, labels: dict) -> None:

@@ -183,7 +183,7 @@ def _another_tenant(proposal, server):
 
 
 def _expired(proposal, server):
-    proposal.decision.receipt.expires_at.FromMilliseconds(int(time.time() * 1000) - 1000)
+    proposal.decision.receipt.expires_at = int(time.time() * 1000) - 1000
     _resign(proposal, server)
 
 

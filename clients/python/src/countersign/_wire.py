@@ -56,8 +56,6 @@ _STATE = _Names(types_pb2.ProposalState, "PROPOSAL_STATE_")
 _OUTCOME = _Names(types_pb2.DecisionOutcome, "DECISION_OUTCOME_")
 _VERDICT = _Names(types_pb2.Verdict, "VERDICT_")
 _EVENT = _Names(notification_service_pb2.EventKind, "EVENT_KIND_")
-# Whether this build's Decision has a receipt (stubs of an older contract do not).
-_RECEIPTS = "receipt" in types_pb2.Decision.DESCRIPTOR.fields_by_name
 
 
 def check_class(cls: str) -> None:
@@ -147,16 +145,16 @@ def _signature(text: str) -> bytes:
 
 
 def _receipt(decision: types_pb2.Decision) -> Optional[Receipt]:
-    if not _RECEIPTS or not decision.HasField("receipt"):
+    if not decision.HasField("receipt"):
         return None
-    wire = getattr(decision, "receipt")
+    wire = decision.receipt
     return Receipt(
         tenant=wire.tenant,
         proposal_id=wire.proposal_id,
         spec_digest=wire.spec_digest,
-        outcome=_OUTCOME(wire.outcome),
-        decided_at_ms=_millis(wire.decided_at),
-        expires_at_ms=_millis(wire.expires_at),
+        outcome=wire.outcome,
+        decided_at_ms=wire.decided_at,
+        expires_at_ms=wire.expires_at,
         signature=_signature(wire.signature),
     )
 
