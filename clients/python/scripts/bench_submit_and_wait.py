@@ -37,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE.parent / "tests"))
+# It starts servers while gRPC threads run (see tests/conftest.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import countersign  # noqa: E402
 

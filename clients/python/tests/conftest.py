@@ -1,10 +1,16 @@
+import os
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-import pytest
+# The tests start processes (the server, the example) while gRPC threads run;
+# gRPC's fork handlers then abort some forked children before they exec. No
+# child here uses the parent's gRPC state, so the handlers are off.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from support import Server
+import pytest  # noqa: E402
+
+from support import Server  # noqa: E402
 
 
 def _serve(*extra: str) -> Iterator[Server]:
