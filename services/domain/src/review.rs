@@ -92,6 +92,7 @@ pub fn decide(verdict: &Verdict, spec: &GateSpec, stamp: ReviewStamp) -> Decisio
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 
@@ -123,6 +124,7 @@ pub fn failed(why: &str, stamp: ReviewStamp) -> Decision {
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 
@@ -154,5 +156,6 @@ pub fn timed_out(deadline_ms: u64, stamp: ReviewStamp) -> Decision {
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }

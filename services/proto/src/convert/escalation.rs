@@ -37,14 +37,61 @@ pub fn vote_to_proto(vote: &Vote) -> v1::Vote {
     }
 }
 
-fn class_from_proto(value: i32) -> Result<OperationClass, FieldError> {
-    const FIELD: &str = "route.match.classes";
+fn class_from_proto(field: &str, value: i32) -> Result<OperationClass, FieldError> {
     match v1::OperationClass::try_from(value) {
         Ok(v1::OperationClass::Read) => Ok(OperationClass::Read),
         Ok(v1::OperationClass::Write) => Ok(OperationClass::Write),
         Ok(v1::OperationClass::Destructive) => Ok(OperationClass::Destructive),
-        Ok(v1::OperationClass::Unspecified) => Err(FieldError::new(FIELD, "must be set")),
-        Err(_) => Err(FieldError::new(FIELD, "unknown value")),
+        Ok(v1::OperationClass::Unspecified) => Err(FieldError::new(field, "must be set")),
+        Err(_) => Err(FieldError::new(field, "unknown value")),
+    }
+}
+
+/// The match of a route or a model profile (`owner`, named in the field of
+/// an error) from the wire, its enums read; the domain checks the rest.
+pub fn match_from_proto(
+    owner: &str,
+    matcher: Option<v1::RouteMatch>,
+) -> Result<RouteMatch, FieldError> {
+    let matcher = matcher.unwrap_or_default();
+    let classes_field = format!("{owner}.match.classes");
+    let classes = matcher
+        .classes
+        .into_iter()
+        .map(|c| class_from_proto(&classes_field, c))
+        .collect::<Result<_, _>>()?;
+    let radii_field = format!("{owner}.match.blast_radii");
+    let blast_radii = matcher
+        .blast_radii
+        .into_iter()
+        .map(|r| blast_radius_from_proto(&radii_field, r))
+        .collect::<Result<_, _>>()?;
+    Ok(RouteMatch {
+        actions: matcher.actions,
+        classes,
+        blast_radii,
+        target_selector: matcher.target_selector.into_iter().collect(),
+    })
+}
+
+pub fn match_to_proto(m: &RouteMatch) -> v1::RouteMatch {
+    v1::RouteMatch {
+        actions: m.actions.clone(),
+        classes: m
+            .classes
+            .iter()
+            .map(|c| class_to_proto(*c) as i32)
+            .collect(),
+        blast_radii: m
+            .blast_radii
+            .iter()
+            .map(|r| blast_radius_to_proto(*r) as i32)
+            .collect(),
+        target_selector: m
+            .target_selector
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
@@ -66,17 +113,7 @@ fn duration(ms: Millis) -> Duration {
 /// A wire route, checked and with its defaults applied, or the first field
 /// that breaks a rule.
 pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
-    let matcher = route.r#match.unwrap_or_default();
-    let classes = matcher
-        .classes
-        .into_iter()
-        .map(class_from_proto)
-        .collect::<Result<_, _>>()?;
-    let blast_radii = matcher
-        .blast_radii
-        .into_iter()
-        .map(|r| blast_radius_from_proto("route.match.blast_radii", r))
-        .collect::<Result<_, _>>()?;
+    let matcher = match_from_proto("route", route.r#match)?;
     let expires_after_ms = route
         .expires_after
         .as_ref()
@@ -84,12 +121,7 @@ pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
         .transpose()?;
     validate_route(RouteInput {
         id: route.id,
-        matcher: RouteMatch {
-            actions: matcher.actions,
-            classes,
-            blast_radii,
-            target_selector: matcher.target_selector.into_iter().collect(),
-        },
+        matcher,
         approvals_required: route.approvals_required,
         approver_roles: route.approver_roles,
         expires_after_ms,
@@ -98,27 +130,9 @@ pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
 }
 
 pub fn route_to_proto(route: &Route) -> v1::Route {
-    let m = &route.matcher;
     v1::Route {
         id: route.id.clone(),
-        r#match: Some(v1::RouteMatch {
-            actions: m.actions.clone(),
-            classes: m
-                .classes
-                .iter()
-                .map(|c| class_to_proto(*c) as i32)
-                .collect(),
-            blast_radii: m
-                .blast_radii
-                .iter()
-                .map(|r| blast_radius_to_proto(*r) as i32)
-                .collect(),
-            target_selector: m
-                .target_selector
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        }),
+        r#match: Some(match_to_proto(&route.matcher)),
         approvals_required: route.approvals_required,
         approver_roles: route
             .approver_roles

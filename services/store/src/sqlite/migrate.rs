@@ -36,6 +36,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0013_submitted_key.sql",
     "0016_escalated_state.sql",
     "0017_countersignature.sql",
+    "0018_model_profiles.sql",
 ];
 
 /// Why the schema could not be brought up to date.
