@@ -264,3 +264,48 @@ fn a_zero_checkpoint_interval_stops_the_start_naming_the_key_and_the_flag() {
         );
     }
 }
+
+#[test]
+fn serve_refuses_a_model_endpoint_whose_key_it_cannot_read_naming_the_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("countersign.toml");
+    std::fs::write(
+        &file,
+        "[[model.endpoints]]\nname = \"local\"\nbase_url = \"http://127.0.0.1:8081\"\n\
+         model = \"qwen2.5-7b-instruct\"\napi_key_env = \"CS_TEST_MODEL_KEY_NEVER_SET\"\n",
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--config", file.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env_remove("CS_TEST_MODEL_KEY_NEVER_SET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("COUNTERSIGN_") && name != "COUNTERSIGN_METRICS_LISTEN" {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command.spawn().expect("start countersign serve");
+    // A server that started would announce its address; a refused start
+    // ends with nothing on stdout.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    if !first.is_empty() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(first, "", "the server started");
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("model endpoint `local`")
+            && stderr.contains("CS_TEST_MODEL_KEY_NEVER_SET is not set"),
+        "{stderr}"
+    );
+}

@@ -61,6 +61,9 @@ pub struct ApiConfig {
     pub signing_key: Option<SigningKey>,
     /// How often every grown log gets a signed checkpoint.
     pub checkpoint_every: Duration,
+    /// The names of the model endpoints the server configures: the only
+    /// endpoints a tenant's model profile may name.
+    pub model_endpoints: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -75,6 +78,7 @@ impl Default for ApiConfig {
             suppression: SuppressionConfig::default(),
             signing_key: None,
             checkpoint_every: Duration::from_secs(600),
+            model_endpoints: Vec::new(),
         }
     }
 }
