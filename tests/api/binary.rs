@@ -84,19 +84,8 @@ pub fn serve_with(dir: &Path, extra: &[&str]) -> Server {
 }
 
 fn countersign(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let output = Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("COUNTERSIGN_API_KEY")
-        .env_remove("COUNTERSIGN_DATABASE_URL")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run countersign");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let (code, out, err) = exit_of(dir, args, env);
+    (code == Some(0), out, err)
 }
 
 #[test]
@@ -571,10 +560,7 @@ fn watch_follows_the_stream_and_resumes_by_itself_when_the_server_restarts() {
 fn an_auditor_exports_the_log_and_verifies_it_offline_against_a_signed_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());
-    let admin_key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key"))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let admin_key = admin_key(dir.path());
     let admin = [
         ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
         ("COUNTERSIGN_API_KEY", admin_key.as_str()),
@@ -944,4 +930,206 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
         !logs.contains(&0x1b),
         "ESC in a log written to a file: {text:?}"
     );
+}
+
+/// The admin key the first start wrote.
+fn admin_key(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("countersign-data/admin.key"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Runs the binary in `dir` with `env`: (exit code, stdout, stderr).
+fn exit_of(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("COUNTERSIGN_API_KEY")
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run countersign");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn on_call_puts_a_route_reads_the_inbox_and_approves_or_denies_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let admin_key = admin_key(dir.path());
+    let mint = |role: &str, name: &str, person: Option<&str>| {
+        let mut args = vec![
+            "admin", "key", "create", "--tenant", "default", "--role", role, "--name", name,
+        ];
+        if let Some(person) = person {
+            args.extend(["--person", person]);
+        }
+        let (ok, key, err) = countersign(dir.path(), &args, &[]);
+        assert!(ok, "{err}");
+        key.trim().to_owned()
+    };
+    let sam = mint("coordinator", "sre-bot", Some("sam@example.com"));
+    let ann = mint("oncall", "ann", Some("ann@example.com"));
+    let bob = mint("oncall", "bob", Some("bob@example.com"));
+    let nobody = mint("oncall", "pager", None);
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &["admin", "key", "list", "--tenant", "default"],
+        &[],
+    );
+    assert!(ok, "{err}");
+    let anns = out
+        .lines()
+        .find(|l| l.contains(" ann "))
+        .unwrap_or_default();
+    assert!(anns.contains("ann@example.com"), "{out}");
+    let pagers = out
+        .lines()
+        .find(|l| l.contains(" pager "))
+        .unwrap_or_default();
+    assert!(pagers.contains(" - "), "a key without a person: {out}");
+
+    let as_key = |key: &str| {
+        [
+            ("COUNTERSIGN_ENDPOINT", server.endpoint.clone()),
+            ("COUNTERSIGN_API_KEY", key.to_owned()),
+        ]
+    };
+    let run = |key: &str, args: &[&str]| {
+        let env = as_key(key);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        exit_of(dir.path(), args, &env)
+    };
+    std::fs::write(
+        dir.path().join("sop.yaml"),
+        "id: SOP-007\naction: host_restart_service\ntitle: Restart a service\n\
+         rollback_path: systemctl start nginx\nmax_blast_radius: single_device\n\
+         selector:\n  env: production\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&admin_key, &["sop", "put", "-f", "sop.yaml"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    for node in ["node-01", "node-02"] {
+        let args = [
+            "target",
+            "put",
+            node,
+            "--status",
+            "online",
+            "--label",
+            "env=production",
+        ];
+        let (code, out, err) = run(&admin_key, &args);
+        assert_eq!(code, Some(0), "{out}{err}");
+    }
+    std::fs::write(
+        dir.path().join("route.yaml"),
+        "id: restarts\nmatch:\n  actions: [\"host_*\"]\n  classes: [write]\n\
+         approvals_required: 2\nexpires_after: 30m\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&ann, &["route", "put", "-f", "route.yaml"]);
+    assert_eq!(code, Some(1), "only admins: {out}");
+    assert!(err.contains("PERMISSION_DENIED"), "{err}");
+    let (code, out, err) = run(&admin_key, &["route", "put", "-f", "route.yaml"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("restarts") && out.contains("30m"), "{out}");
+    let (code, out, _) = run(&admin_key, &["route", "list", "--json"]);
+    assert_eq!(code, Some(0));
+    let listed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(listed["approvals_required"], 2);
+    assert_eq!(
+        listed["approver_roles"],
+        serde_json::json!(["oncall", "admin"])
+    );
+
+    let submit = |target: &str| {
+        let (code, out, err) = run(
+            &sam,
+            &[
+                "submit",
+                "--json",
+                "--action",
+                "host_restart_service",
+                "--class",
+                "write",
+                "--target",
+                target,
+                "--reason",
+                "nginx OOM",
+                "--blast-radius",
+                "single_device",
+            ],
+        );
+        assert_eq!(code, Some(0), "{out}{err}");
+        let proposal: serde_json::Value = serde_json::from_str(&out).unwrap();
+        proposal["id"].as_str().unwrap().to_owned()
+    };
+    let approved = submit("node-01");
+    let denied = submit("node-02");
+    let escalated = |id: &str| {
+        for _ in 0..1500 {
+            let (_, out, _) = run(&ann, &["get", "--json", id]);
+            let proposal: serde_json::Value = serde_json::from_str(&out).unwrap();
+            if proposal["state"] == "escalated" {
+                return proposal;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{id} never escalated");
+    };
+    let waiting = escalated(&approved);
+    assert_eq!(waiting["decision"]["route_id"], "restarts");
+    assert_eq!(waiting["submitted_by_person"], "sam@example.com");
+    escalated(&denied);
+
+    let (code, out, err) = run(&ann, &["inbox"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains(&approved))
+        .unwrap_or_default();
+    assert!(
+        line.contains("left") && line.contains("route restarts") && line.contains("0 of 2"),
+        "{out}"
+    );
+
+    let (code, _, err) = run(&nobody, &["approve", &approved]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("PERMISSION_DENIED") && err.contains("(person)"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        &ann,
+        &["approve", &approved, "--comment", "agreed in #inc-7"],
+    );
+    assert_eq!(code, Some(3), "one of two approvals: {out}{err}");
+    assert!(
+        out.contains("escalated") && out.contains("agreed in #inc-7"),
+        "{out}"
+    );
+    let (code, out, err) = run(&bob, &["approve", &approved, "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let decided: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(decided["state"], "approved");
+    assert_eq!(decided["decision"]["votes"].as_array().unwrap().len(), 2);
+
+    let (code, out, err) = run(&bob, &["deny", &denied, "--comment", "not now"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("rejected"), "{out}");
+    let (code, out, _) = run(&ann, &["inbox", "--json"]);
+    assert_eq!(code, Some(0));
+    assert!(out.trim().is_empty(), "nothing waits: {out}");
+
+    let (code, out, err) = run(&admin_key, &["route", "delete", "restarts"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, _, err) = run(&admin_key, &["route", "delete", "restarts"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("NOT_FOUND"), "{err}");
 }

@@ -377,3 +377,171 @@ async fn a_path_not_in_the_rpc_table_is_unimplemented_and_counted_once_as_unknow
         "a made-up path mints no series: {samples:?}"
     );
 }
+
+/// Samples of `addr` once `done` holds for them (the gauges are sampled
+/// every few seconds).
+fn scrape_until(
+    addr: &str,
+    done: impl Fn(&BTreeMap<String, f64>) -> bool,
+) -> BTreeMap<String, f64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let samples = scrape(addr);
+        if done(&samples) {
+            return samples;
+        }
+        assert!(std::time::Instant::now() < deadline, "{samples:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test]
+async fn escalations_are_counted_opened_resolved_by_verdict_expired_and_open_by_tenant() {
+    use countersign_proto::v1::{
+        self, GetProposalRequest, PutRouteRequest, PutSopRequest, PutTargetRequest, ResolveRequest,
+        escalation_service_client::EscalationServiceClient,
+        policy_service_client::PolicyServiceClient, sop_service_client::SopServiceClient,
+        target_service_client::TargetServiceClient,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path(), "all");
+    let admin = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let admin = BearerAuth::new(admin.trim()).unwrap();
+    let output = Command::new(BIN)
+        .args([
+            "admin", "key", "create", "--tenant", "default", "--role", "oncall",
+        ])
+        .args(["--person", "ann@example.com"])
+        .current_dir(dir.path())
+        .env_remove("COUNTERSIGN_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let ann = BearerAuth::new(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    let channel = channel(&served.grpc).await;
+    SopServiceClient::with_interceptor(channel.clone(), admin.clone())
+        .put_sop(PutSopRequest {
+            sop: Some(countersign_test_support::fixtures::wire_sop("SOP-007")),
+        })
+        .await
+        .unwrap();
+    let mut targets = TargetServiceClient::with_interceptor(channel.clone(), admin.clone());
+    for node in ["node-01", "node-02", "node-03"] {
+        let target = v1::Target {
+            id: node.into(),
+            status: v1::TargetStatus::Online as i32,
+            labels: [
+                ("env".to_owned(), "production".to_owned()),
+                ("cluster".to_owned(), node.to_owned()),
+            ]
+            .into(),
+            updated_at: None,
+        };
+        targets
+            .put_target(PutTargetRequest {
+                target: Some(target),
+            })
+            .await
+            .unwrap();
+    }
+    let mut policy = PolicyServiceClient::with_interceptor(channel.clone(), admin.clone());
+    let route = |id: &str, cluster: &str, seconds: i64| v1::Route {
+        id: id.into(),
+        r#match: Some(v1::RouteMatch {
+            target_selector: [("cluster".to_owned(), cluster.to_owned())].into(),
+            ..Default::default()
+        }),
+        approvals_required: 1,
+        expires_after: Some(prost_types::Duration { seconds, nanos: 0 }),
+        ..Default::default()
+    };
+    for route in [
+        route("one", "node-01", 3600),
+        route("two", "node-02", 3600),
+        route("brief", "node-03", 1),
+    ] {
+        policy
+            .put_route(PutRouteRequest { route: Some(route) })
+            .await
+            .unwrap();
+    }
+    let mut client = ProposalServiceClient::with_interceptor(channel.clone(), admin);
+    let mut ids = Vec::new();
+    for node in ["node-01", "node-02", "node-03"] {
+        let mut spec = crate::helpers::valid_spec();
+        spec.target = node.into();
+        spec.operator = format!("op-{node}");
+        let submitted = client
+            .submit(SubmitRequest { spec: Some(spec) })
+            .await
+            .unwrap();
+        ids.push(submitted.into_inner().proposal.unwrap().id);
+    }
+    for id in &ids[..2] {
+        loop {
+            let proposal = client
+                .get_proposal(GetProposalRequest { id: id.clone() })
+                .await
+                .unwrap()
+                .into_inner();
+            if proposal.state == v1::ProposalState::Escalated as i32 {
+                break;
+            }
+            assert_eq!(proposal.decision, None, "{proposal:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let default = ["tenant=\"default\""];
+    let open = scrape_until(&served.metrics, |s| {
+        sum(s, "countersign_escalations_open", &default) == 2.0
+            && sum(s, "countersign_escalations_expired_total", &[]) == 1.0
+    });
+    assert_eq!(sum(&open, "countersign_escalations_opened_total", &[]), 3.0);
+
+    let mut escalations = EscalationServiceClient::with_interceptor(channel, ann);
+    for (id, verdict) in ids[..2]
+        .iter()
+        .zip([v1::Verdict::Approve, v1::Verdict::Reject])
+    {
+        escalations
+            .resolve(ResolveRequest {
+                proposal_id: id.clone(),
+                verdict: verdict as i32,
+                comment: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+    let resolved = scrape_until(&served.metrics, |s| {
+        sum(s, "countersign_escalations_open", &default) == 0.0
+    });
+    for verdict in ["approve", "reject"] {
+        let label = format!("verdict=\"{verdict}\"");
+        assert_eq!(
+            sum(
+                &resolved,
+                "countersign_escalations_resolved_total",
+                &[&label]
+            ),
+            1.0,
+            "{verdict}"
+        );
+        assert_eq!(
+            sum(
+                &resolved,
+                "countersign_escalation_resolution_seconds_count",
+                &[&label]
+            ),
+            1.0,
+            "{verdict}"
+        );
+    }
+    assert!(
+        has(
+            &resolved,
+            "countersign_escalation_resolution_seconds_bucket",
+            &["le=\"86400\""]
+        ),
+        "buckets up to a day"
+    );
+}

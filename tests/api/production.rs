@@ -18,7 +18,8 @@ fn state(proposal: &countersign_proto::v1::Proposal) -> ProposalState {
     ProposalState::try_from(proposal.state).unwrap()
 }
 
-fn is_terminal(state: ProposalState) -> bool {
+/// Whether a wire state is one a proposal never leaves.
+pub(crate) fn is_terminal(state: ProposalState) -> bool {
     matches!(
         state,
         ProposalState::Approved

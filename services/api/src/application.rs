@@ -9,9 +9,10 @@ use countersign_proto::{
     FILE_DESCRIPTOR_SET,
     v1::{
         audit_service_server::AuditServiceServer,
+        escalation_service_server::EscalationServiceServer,
         notification_service_server::NotificationServiceServer,
-        proposal_service_server::ProposalServiceServer, sop_service_server::SopServiceServer,
-        target_service_server::TargetServiceServer,
+        policy_service_server::PolicyServiceServer, proposal_service_server::ProposalServiceServer,
+        sop_service_server::SopServiceServer, target_service_server::TargetServiceServer,
     },
 };
 use countersign_store::DynStore;
@@ -35,7 +36,8 @@ use crate::{
     },
     probes::{probes, set_all},
     services::{
-        AuditApi, NotificationApi, ProposalApi, SopApi, TargetApi, audit::checkpoint_periodically,
+        AuditApi, EscalationApi, NotificationApi, PolicyApi, ProposalApi, SopApi, TargetApi,
+        audit::checkpoint_periodically,
     },
     suppression::{Suppression, SuppressionConfig, spawn_listener, spawn_maintenance},
 };
@@ -198,6 +200,7 @@ impl Application {
         let pump = spawn_pump(
             fanout.clone(),
             self.store.clone(),
+            self.store.clone(),
             self.config.watch,
             self.peers.clone(),
             position,
@@ -206,11 +209,13 @@ impl Application {
             spawn_maintenance(suppression.clone(), self.store.clone(), shutdown.clone());
         let proposals = ProposalServiceServer::new(ProposalApi::new(
             self.store.clone(),
+            self.store.clone(),
             fanout.clone(),
             suppression.clone(),
         ))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let notifications = NotificationServiceServer::new(NotificationApi::new(
+            self.store.clone(),
             self.store.clone(),
             fanout.clone(),
             self.config.watch,
@@ -218,7 +223,17 @@ impl Application {
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let sops = SopServiceServer::new(SopApi::new(self.store.clone(), suppression.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let targets = TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression))
+        let targets =
+            TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let policy = PolicyServiceServer::new(PolicyApi::new(
+            self.store.clone(),
+            self.store.clone(),
+            suppression,
+            self.config.model_endpoints.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let escalations = EscalationServiceServer::new(EscalationApi::new(self.store.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let audit = AuditServiceServer::new(AuditApi::new(
             self.store.clone(),
@@ -239,7 +254,9 @@ impl Application {
             .add(notifications)
             .add(sops)
             .add(targets)
-            .add(audit);
+            .add(audit)
+            .add(policy)
+            .add(escalations);
         let Mounted { routes, names } = ours;
         set_all(&health, &names, ServingStatus::Serving).await;
         tracing::info!(addr = %self.addr, backend = self.store.backend(), "countersign API serving");

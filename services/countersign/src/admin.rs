@@ -94,6 +94,11 @@ pub enum KeyCommand {
         /// A label, recorded as `submitted_by`.
         #[arg(long, default_value = "")]
         name: String,
+        /// The person the key belongs to, e.g. `ann@example.com` (for an
+        /// `--agent` key: the person the agent acts for). Only keys with a
+        /// person may resolve escalations, and never their own person's.
+        #[arg(long)]
+        person: Option<String>,
     },
     /// List keys (never their secrets).
     List {
@@ -217,6 +222,7 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                 role,
                 agent,
                 name,
+                person,
             } => {
                 let (record, key) = store
                     .create_api_key(NewApiKey {
@@ -224,7 +230,7 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                         name,
                         role,
                         agent,
-                        person: None,
+                        person,
                     })
                     .await?;
                 tracing::info!(key_id = %record.id, "key created");
@@ -232,17 +238,18 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
             }
             KeyCommand::List { tenant } => {
                 println!(
-                    "{:<18} {:<16} {:<24} {:<12} {:<6} {:<25} revoked",
-                    "id", "tenant", "name", "role", "agent", "created"
+                    "{:<18} {:<16} {:<24} {:<12} {:<6} {:<28} {:<25} revoked",
+                    "id", "tenant", "name", "role", "agent", "person", "created"
                 );
                 for key in store.list_api_keys(tenant.as_deref()).await? {
                     println!(
-                        "{:<18} {:<16} {:<24} {:<12} {:<6} {:<25} {}",
+                        "{:<18} {:<16} {:<24} {:<12} {:<6} {:<28} {:<25} {}",
                         key.id,
                         key.tenant,
                         key.name,
                         key.role,
                         key.agent,
+                        key.person.as_deref().unwrap_or("-"),
                         output::time(key.created_at),
                         key.revoked_at
                             .map(output::time)

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use countersign_proto::v1::Verdict;
 
 use crate::{
     admin::AdminCommand,
@@ -67,7 +68,7 @@ pub enum ClientCommandWithArgs {
         conn: ClientArgs,
         id: String,
     },
-    /// Cancel a pending or reviewing proposal.
+    /// Cancel a pending, reviewing or escalated proposal.
     Cancel {
         #[command(flatten)]
         conn: ClientArgs,
@@ -104,6 +105,36 @@ pub enum ClientCommandWithArgs {
         conn: ClientArgs,
         #[command(subcommand)]
         command: crate::reference::TargetCommand,
+    },
+    /// Escalation routes: put, list, delete (admin).
+    Route {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(subcommand)]
+        command: crate::route::RouteCommand,
+    },
+    /// What waits for people: the tenant's open escalations, oldest first,
+    /// with how long each has left.
+    Inbox {
+        #[command(flatten)]
+        conn: ClientArgs,
+    },
+    /// Approve an escalated proposal (exit 0 once it is approved, 3 while it
+    /// needs more approvals or if it ends otherwise).
+    Approve {
+        #[command(flatten)]
+        conn: ClientArgs,
+        id: String,
+        #[arg(long, default_value = "")]
+        comment: String,
+    },
+    /// Reject an escalated proposal (exit 0 once it is rejected, 3 otherwise).
+    Deny {
+        #[command(flatten)]
+        conn: ClientArgs,
+        id: String,
+        #[arg(long, default_value = "")]
+        comment: String,
     },
     /// The decision log, newest first (auditor or admin).
     Decisions {
@@ -191,6 +222,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 ClientCommandWithArgs::Target { conn, command } => {
                     return crate::reference::run_target(&conn, command).await;
+                }
+                ClientCommandWithArgs::Route { conn, command } => {
+                    return crate::route::run(&conn, command).await;
+                }
+                ClientCommandWithArgs::Inbox { conn } => {
+                    return crate::inbox::run_inbox(&conn).await;
+                }
+                ClientCommandWithArgs::Approve { conn, id, comment } => {
+                    return crate::inbox::run_resolve(&conn, id, Verdict::Approve, comment).await;
+                }
+                ClientCommandWithArgs::Deny { conn, id, comment } => {
+                    return crate::inbox::run_resolve(&conn, id, Verdict::Reject, comment).await;
                 }
                 ClientCommandWithArgs::Decisions { conn, args } => {
                     return crate::audit::run_decisions(&conn, args).await;

@@ -64,13 +64,33 @@ pub struct NotApproved {
     pub state: String,
 }
 
+/// A `deny` left the proposal other than REJECTED: the CLI exits with 3.
+#[derive(Debug, thiserror::Error)]
+#[error("proposal {id} is {state}, not rejected")]
+pub struct NotRejected {
+    pub id: String,
+    pub state: String,
+}
+
 pub const EXIT_NOT_APPROVED: u8 = 3;
 
-fn require_approved(proposal: &countersign_proto::v1::Proposal) -> anyhow::Result<()> {
+pub(crate) fn require_approved(proposal: &countersign_proto::v1::Proposal) -> anyhow::Result<()> {
     if proposal.state == countersign_proto::v1::ProposalState::Approved as i32 {
         Ok(())
     } else {
         Err(NotApproved {
+            id: proposal.id.clone(),
+            state: output::state_name(proposal.state),
+        }
+        .into())
+    }
+}
+
+pub(crate) fn require_rejected(proposal: &countersign_proto::v1::Proposal) -> anyhow::Result<()> {
+    if proposal.state == countersign_proto::v1::ProposalState::Rejected as i32 {
+        Ok(())
+    } else {
+        Err(NotRejected {
             id: proposal.id.clone(),
             state: output::state_name(proposal.state),
         }
@@ -189,7 +209,7 @@ pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()
     Ok(())
 }
 
-fn print_proposal(conn: &ClientArgs, proposal: &countersign_proto::v1::Proposal) {
+pub(crate) fn print_proposal(conn: &ClientArgs, proposal: &countersign_proto::v1::Proposal) {
     if conn.json {
         println!("{}", output::proposal_json(proposal));
     } else {

@@ -15,7 +15,9 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", countersign::output::describe_error(&error));
-            if error.is::<countersign::client::NotApproved>() {
+            if error.is::<countersign::client::NotApproved>()
+                || error.is::<countersign::client::NotRejected>()
+            {
                 std::process::ExitCode::from(countersign::client::EXIT_NOT_APPROVED)
             } else {
                 std::process::ExitCode::FAILURE

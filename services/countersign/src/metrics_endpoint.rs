@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode, header::CONTENT_TYPE};
 use http_body_util::Full;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::rt::TokioIo;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::{net::TcpListener, task::JoinHandle};
 
 /// Upper bounds (seconds) of every histogram's buckets: RPCs and reviews
@@ -21,6 +21,13 @@ const BUCKETS: &[f64] = &[
     60.0,
 ];
 
+/// Upper bounds (seconds) of the time people take over an escalation: from
+/// a second to a day (a route keeps one open for at most 30 days).
+const RESOLUTION_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    28800.0, 86400.0,
+];
+
 /// How often histograms and idle series are tidied.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -28,6 +35,11 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 pub fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     PrometheusBuilder::new()
         .set_buckets(BUCKETS)
+        .context("histogram buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full("countersign_escalation_resolution_seconds".into()),
+            RESOLUTION_BUCKETS,
+        )
         .context("histogram buckets")?
         .install_recorder()
         .context("installing the metrics recorder")

@@ -98,17 +98,36 @@ pub fn proposal_text(p: &Proposal) -> String {
         out.push_str(&format!("operator      {}\n", spec.operator));
     }
     out.push_str(&format!("reason        {}\n", spec.reason));
-    out.push_str(&format!(
-        "submitted by  {} at {}\n",
-        p.submitted_by,
-        ts(&p.created_at)
-    ));
+    let by = if p.submitted_by_person.is_empty() {
+        p.submitted_by.clone()
+    } else {
+        format!("{} ({})", p.submitted_by, p.submitted_by_person)
+    };
+    out.push_str(&format!("submitted by  {by} at {}\n", ts(&p.created_at)));
     out.push_str(&format!("updated       {}\n", ts(&p.updated_at)));
     if !p.cancel_reason.is_empty() {
         out.push_str(&format!("cancelled     {}\n", p.cancel_reason));
     }
     if let Some(d) = &p.decision {
-        out.push_str(&format!("decided       {}\n", ts(&d.decided_at)));
+        if p.state == v1::ProposalState::Escalated as i32 {
+            out.push_str(&format!("route         {}\n", d.route_id));
+        } else {
+            out.push_str(&format!("decided       {}\n", ts(&d.decided_at)));
+        }
+        for v in &d.votes {
+            let verdict = v1::Verdict::try_from(v.verdict)
+                .map(|v| enum_name(v.as_str_name(), "VERDICT_"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "vote          {verdict} by {} at {}",
+                v.person,
+                ts(&v.at)
+            ));
+            if !v.comment.is_empty() {
+                out.push_str(&format!(": {}", v.comment));
+            }
+            out.push('\n');
+        }
         if !d.summary.is_empty() {
             out.push('\n');
             out.push_str(&d.summary);
@@ -149,6 +168,8 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
             "sequence": d.sequence,
             "digest": d.digest,
             "review_latency_ms": d.review_latency_ms,
+            "route_id": d.route_id,
+            "votes": d.votes.iter().map(crate::inbox::vote_json).collect::<Vec<_>>(),
         })
     });
     json!({
@@ -173,6 +194,7 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
             "idempotency_key": spec.idempotency_key,
         },
         "submitted_by": p.submitted_by,
+        "submitted_by_person": p.submitted_by_person,
         "created_at": ts(&p.created_at),
         "updated_at": ts(&p.updated_at),
         "decision": decision,

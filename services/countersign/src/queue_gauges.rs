@@ -1,7 +1,8 @@
 //! `countersign_queue_depth{tenant}` and
-//! `countersign_queue_oldest_age_seconds{tenant}`: sampled from the queue
-//! every few seconds, with every tenant of the store present (0 when it has
-//! nothing waiting), so a dashboard sees a flat line rather than a gap.
+//! `countersign_queue_oldest_age_seconds{tenant}`, sampled from the queue,
+//! and `countersign_escalations_open{tenant}`, from the store: every few
+//! seconds, with every tenant of the store present (0 when it has nothing
+//! waiting), so a dashboard sees a flat line rather than a gap.
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -46,6 +47,19 @@ async fn sample(store: &DynStore, queue: &DynQueue, shown: &mut BTreeSet<String>
     for depth in depths {
         set(&depth.tenant, depth.depth, depth.oldest_age);
         shown.insert(depth.tenant);
+    }
+    match store.open_escalations_by_tenant().await {
+        Ok(open) => {
+            for tenant in shown.iter() {
+                let n = open
+                    .iter()
+                    .find(|(t, _)| t == tenant)
+                    .map_or(0, |(_, n)| *n);
+                metrics::gauge!("countersign_escalations_open", "tenant" => tenant.clone())
+                    .set(n as f64);
+            }
+        }
+        Err(error) => tracing::debug!(%error, "escalation gauge: sampling failed"),
     }
 }
 

@@ -89,7 +89,7 @@ pub fn wire_enum<E: Into<i32>>(
         .with_context(|| format!("unknown {kind} `{name}` ({expected})"))
 }
 
-fn class_value(name: &str) -> anyhow::Result<i32> {
+pub fn class_value(name: &str) -> anyhow::Result<i32> {
     wire_enum(
         name,
         "OPERATION_CLASS_",

@@ -20,7 +20,9 @@ pub struct ReviewStamp {
     pub latency_ms: u64,
 }
 
-pub(crate) fn summary(outcome: &str, gates: &[GateResult], notes: &str) -> String {
+/// The reviewer's format: `Decision: <outcome>`, the gates one per line
+/// (✓ passed, ✗ failed, with their detail), then the notes.
+pub fn summary(outcome: &str, gates: &[GateResult], notes: &str) -> String {
     let mut out = format!("Decision: {outcome}\n\nGates\n");
     for g in gates {
         let mark = if g.passed { '✓' } else { '✗' };

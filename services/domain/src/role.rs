@@ -29,6 +29,8 @@ pub enum Permission {
     Watch,
     /// Query, export and verify the decision log; read its checkpoints.
     Audit,
+    /// Put, list and delete the tenant's escalation routes and model profiles.
+    ManagePolicy,
 }
 
 impl Role {
@@ -107,6 +109,17 @@ mod tests {
         for &role in Role::ALL {
             assert_eq!(
                 role.allows(Permission::WriteReference),
+                role == Role::Admin,
+                "{role}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_admins_manage_routes() {
+        for &role in Role::ALL {
+            assert_eq!(
+                role.allows(Permission::ManagePolicy),
                 role == Role::Admin,
                 "{role}"
             );

@@ -19,6 +19,25 @@ pub const MAX_PAGE_SIZE: u32 = 1_000;
 /// A page when the request names no size.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
 
+/// The value a page token carries (`None`: the first page), decoded from the
+/// hex of its text by `parse`; a token that is not hex of UTF-8 text, or that
+/// `parse` refuses, was not issued by this service: an error naming
+/// `page_token`.
+pub(crate) fn decode_page_token<T>(
+    token: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, FieldError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    hex::decode(token)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .and_then(|text| parse(&text))
+        .map(Some)
+        .ok_or_else(|| FieldError::new("page_token", "is not a token this service issued"))
+}
+
 /// A request's `page_size`: 0 is the default, more than the maximum is refused.
 pub fn page_size(requested: u32) -> Result<u32, FieldError> {
     match requested {
@@ -434,18 +453,10 @@ pub mod reference {
     /// The id a page starts after (`None`: the first page), or an error
     /// naming `page_token`.
     pub fn page_after(list: List, token: &str) -> Result<Option<String>, FieldError> {
-        if token.is_empty() {
-            return Ok(None);
-        }
-        hex::decode(token)
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .and_then(|text| {
-                let id = text.strip_prefix(list.prefix())?;
-                (!id.is_empty()).then(|| id.to_owned())
-            })
-            .map(Some)
-            .ok_or_else(|| FieldError::new("page_token", "is not a token this service issued"))
+        super::decode_page_token(token, |text| {
+            let id = text.strip_prefix(list.prefix())?;
+            (!id.is_empty()).then(|| id.to_owned())
+        })
     }
 
     pub fn blast_radius_from_proto(field: &str, value: i32) -> Result<BlastRadius, FieldError> {

@@ -106,6 +106,8 @@ impl Janitor {
                 .await
             {
                 Ok(expired) => {
+                    metrics::counter!("countersign_escalations_expired_total")
+                        .increment(expired.len() as u64);
                     for key in &expired {
                         tracing::info!(tenant = %key.tenant, proposal = %key.id, "escalation expired");
                     }

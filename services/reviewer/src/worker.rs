@@ -330,6 +330,7 @@ impl Worker {
                                 expires_at = escalation.expires_at,
                                 "escalated to people"
                             );
+                            metrics::counter!("countersign_escalations_opened_total").increment(1);
                             Step::Done
                         }
                         RecordOutcome::Discarded(state) => {

@@ -18,7 +18,7 @@ use std::{
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use published::Published;
+pub use published::{Published, waiting_for};
 pub use pump::{live_position, spawn_pump};
 pub use waiters::Waiter;
 

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use countersign_domain::EventKind;
 use countersign_peers::{PeerMessage, PeerSignal, Peers};
-use countersign_store::{EventLog, StoreEvent};
+use countersign_store::{Escalations, EventLog, StoreEvent};
 use tokio::{
     sync::broadcast::{
         self,
@@ -13,7 +13,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{Fanout, Published, WatchConfig};
+use super::{Fanout, Published, WatchConfig, waiting_for};
 
 /// Events read per query while catching up.
 const PAGE: u32 = 512;
@@ -41,19 +41,22 @@ pub async fn live_position(store: &dyn EventLog) -> u64 {
 /// Starts the pump at `position` (see [`live_position`]); it runs until
 /// [`Fanout::close`]. With `peers`, another process's "events committed"
 /// wakes it at once, not at the next tick.
+/// `escalations` supplies what an ESCALATED proposal's events show.
 pub fn spawn_pump(
     fanout: Fanout,
     store: Arc<dyn EventLog>,
+    escalations: Arc<dyn Escalations>,
     config: WatchConfig,
     peers: Option<Arc<dyn Peers>>,
     position: u64,
 ) -> JoinHandle<()> {
-    tokio::spawn(run(fanout, store, config, peers, position))
+    tokio::spawn(run(fanout, store, escalations, config, peers, position))
 }
 
 async fn run(
     fanout: Fanout,
     store: Arc<dyn EventLog>,
+    escalations: Arc<dyn Escalations>,
     config: WatchConfig,
     peers: Option<Arc<dyn Peers>>,
     mut position: u64,
@@ -88,7 +91,7 @@ async fn run(
                 continue;
             }
         }
-        position = drain(&fanout, &*store, position).await;
+        position = drain(&fanout, &*store, &*escalations, position).await;
     }
 }
 
@@ -153,14 +156,20 @@ async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bo
 
 /// Publishes every event after log position `position`, in order; returns
 /// the new position.
-async fn drain(fanout: &Fanout, store: &dyn EventLog, mut position: u64) -> u64 {
+async fn drain(
+    fanout: &Fanout,
+    store: &dyn EventLog,
+    escalations: &dyn Escalations,
+    mut position: u64,
+) -> u64 {
     loop {
         match store.events_after(position, None, PAGE).await {
             Ok(events) => {
                 let full = events.len() as u32 == PAGE;
                 for event in events {
                     position = event.position;
-                    fanout.publish(Arc::new(Published::new(event)));
+                    let waiting = waiting_for(escalations, &event).await;
+                    fanout.publish(Arc::new(Published::waiting(event, waiting)));
                 }
                 if !full {
                     return position;

@@ -14,10 +14,10 @@ use std::{
 use countersign_domain::{Event, Permission};
 use countersign_proto::{
     OrStatus,
-    convert::event::{heartbeat, notification},
+    convert::event::heartbeat,
     v1::{Notification, WatchRequest, notification_service_server::NotificationService},
 };
-use countersign_store::EventLog;
+use countersign_store::{Escalations, EventLog};
 use tokio::sync::{
     broadcast::{self, error::RecvError},
     mpsc,
@@ -27,7 +27,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     context::{Caller, require_id},
-    fanout::{Fanout, Published, WatchConfig},
+    fanout::{Fanout, Published, WatchConfig, waiting_for},
 };
 
 /// Events read per query while replaying.
@@ -37,15 +37,23 @@ const MAX_OPERATOR: usize = 256;
 
 pub struct NotificationApi {
     store: Arc<dyn EventLog>,
+    /// What an ESCALATED proposal's replayed events show.
+    escalations: Arc<dyn Escalations>,
     fanout: Fanout,
     config: WatchConfig,
     slots: StreamSlots,
 }
 
 impl NotificationApi {
-    pub fn new(store: Arc<dyn EventLog>, fanout: Fanout, config: WatchConfig) -> Self {
+    pub fn new(
+        store: Arc<dyn EventLog>,
+        escalations: Arc<dyn Escalations>,
+        fanout: Fanout,
+        config: WatchConfig,
+    ) -> Self {
         NotificationApi {
             store,
+            escalations,
             fanout,
             config,
             slots: StreamSlots::default(),
@@ -89,6 +97,7 @@ impl NotificationService for NotificationApi {
         let (end_tx, end_rx) = mpsc::channel(1);
         let watcher = Watcher {
             store: self.store.clone(),
+            escalations: self.escalations.clone(),
             tenant: caller.tenant.name.clone(),
             agent: caller.principal.agent,
             filter,
@@ -253,6 +262,7 @@ impl Filter {
 
 struct Watcher {
     store: Arc<dyn EventLog>,
+    escalations: Arc<dyn Escalations>,
     tenant: String,
     agent: bool,
     filter: Filter,
@@ -350,10 +360,13 @@ impl Watcher {
                 })?;
             let short = page.len() < PAGE as usize;
             for event in page {
+                let cursor = event.cursor;
                 if self.filter.matches(&event) {
+                    let waiting = waiting_for(&*self.escalations, &event).await;
+                    let published = Published::waiting(event, waiting);
                     let sent = tokio::time::timeout(
                         self.config.stall,
-                        self.tx.send(notification(&event, self.agent)),
+                        self.tx.send(published.notification(self.agent).clone()),
                     )
                     .await;
                     match sent {
@@ -362,7 +375,7 @@ impl Watcher {
                         Err(_) => return Err(Some(self.fell_behind())),
                     }
                 }
-                self.position = event.cursor;
+                self.position = cursor;
             }
             if short {
                 return Ok(());

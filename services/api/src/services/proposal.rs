@@ -10,13 +10,14 @@ use countersign_proto::{
         SubmitResponse, proposal_service_server::ProposalService,
     },
 };
-use countersign_store::{NewProposal, Proposals, SubmitOutcome};
+use countersign_store::{Escalations, NewProposal, Proposals, SubmitOutcome};
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
 use countersign_domain::now_ms;
 
+use super::escalation::proposal_view;
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
@@ -38,14 +39,22 @@ fn await_poll() -> std::time::Duration {
 
 pub struct ProposalApi {
     store: Arc<dyn Proposals>,
+    /// An ESCALATED proposal is shown with its escalation.
+    escalations: Arc<dyn Escalations>,
     fanout: Fanout,
     suppression: Arc<Suppression>,
 }
 
 impl ProposalApi {
-    pub fn new(store: Arc<dyn Proposals>, fanout: Fanout, suppression: Arc<Suppression>) -> Self {
+    pub fn new(
+        store: Arc<dyn Proposals>,
+        escalations: Arc<dyn Escalations>,
+        fanout: Fanout,
+        suppression: Arc<Suppression>,
+    ) -> Self {
         ProposalApi {
             store,
+            escalations,
             fanout,
             suppression,
         }
@@ -65,15 +74,12 @@ fn suppressed(entry: &Entry, retry: ProposalSpec, caller: &Caller) -> Response<S
     })
 }
 
-/// The answer to a submission whose idempotency key names `earlier`, with
-/// the same spec.
-fn deduplicated(
-    earlier: &countersign_domain::Proposal,
-    caller: &Caller,
-) -> Response<SubmitResponse> {
+/// The answer to a submission whose idempotency key names `earlier` (its
+/// wire form), with the same spec.
+fn deduplicated(earlier: Proposal) -> Response<SubmitResponse> {
     tracing::info!(proposal = %earlier.id, deduplicated = true, "proposal accepted");
     Response::new(SubmitResponse {
-        proposal: Some(proposal_to_proto(earlier, caller.principal.agent)),
+        proposal: Some(earlier),
         deduplicated: true,
         suppressed: false,
     })
@@ -118,7 +124,9 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                return Ok(deduplicated(&earlier, &caller));
+                let view =
+                    proposal_view(&*self.escalations, &earlier, caller.principal.agent).await?;
+                return Ok(deduplicated(view));
             }
             match refusal {
                 Refusal::BreakerOpen { window } => {
@@ -156,8 +164,10 @@ impl ProposalService for ProposalApi {
         let proposal = outcome.proposal();
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
+        // A deduplicated one may be waiting for people.
+        let view = proposal_view(&*self.escalations, proposal, caller.principal.agent).await?;
         Ok(Response::new(SubmitResponse {
-            proposal: Some(proposal_to_proto(proposal, caller.principal.agent)),
+            proposal: Some(view),
             deduplicated,
             suppressed: false,
         }))
@@ -177,10 +187,8 @@ impl ProposalService for ProposalApi {
             .await
             .or_status()?
             .ok_or_else(|| not_found(&id))?;
-        Ok(Response::new(proposal_to_proto(
-            &proposal,
-            caller.principal.agent,
-        )))
+        let view = proposal_view(&*self.escalations, &proposal, caller.principal.agent).await?;
+        Ok(Response::new(view))
     }
 
     async fn cancel_proposal(

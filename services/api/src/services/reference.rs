@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use countersign_domain::now_ms;
 
+use super::page;
 use crate::{
     context::{Caller, require_id},
     suppression::{Scope, Suppression},
@@ -45,44 +46,6 @@ impl SopApi {
         self.suppression
             .invalidate(tenant, Scope::Action(action.to_owned()), now_ms());
     }
-}
-
-/// A page's encoded size stays under this whatever its page size, far below
-/// the 4 MiB a client decodes by default: the largest SOP or target the
-/// validation rules allow is about 35 KB, so a page holds at least 29 of them.
-const PAGE_BYTES: usize = 1024 * 1024;
-
-/// One page of `rows` (read with one more than `page_size` asked for): at
-/// most `page_size` of them and, past the first, only while the page stays
-/// under [`PAGE_BYTES`]. The token continues after the last one on the page,
-/// empty when nothing follows.
-fn page<R, W: prost::Message>(
-    rows: Vec<R>,
-    page_size: u32,
-    list: List,
-    id: impl Fn(&R) -> &str,
-    to_wire: impl Fn(&R) -> W,
-) -> (Vec<W>, String) {
-    let total = rows.len();
-    let mut wire = Vec::new();
-    let mut bytes = 0;
-    let mut last = None;
-    for row in rows.iter().take(page_size as usize) {
-        let item = to_wire(row);
-        // The length prefix and tag of a repeated field: at most 6 bytes.
-        let size = item.encoded_len() + 6;
-        if !wire.is_empty() && bytes + size > PAGE_BYTES {
-            break;
-        }
-        bytes += size;
-        wire.push(item);
-        last = Some(id(row));
-    }
-    let token = match last {
-        Some(last) if wire.len() < total => page_token(list, last),
-        _ => String::new(),
-    };
-    (wire, token)
 }
 
 fn sop_not_found(id: &str) -> Status {
@@ -141,7 +104,8 @@ impl SopService for SopApi {
             )
             .await
             .or_status()?;
-        let (sops, next_page_token) = page(rows, size, List::Sops, |s| &s.id, sop_to_proto);
+        let (sops, next_page_token) =
+            page(rows, size, |s| page_token(List::Sops, &s.id), sop_to_proto);
         Ok(Response::new(ListSopsResponse {
             sops,
             next_page_token,
@@ -239,8 +203,12 @@ impl TargetService for TargetApi {
             .list_targets(&caller.tenant.name, after.as_deref(), size + 1)
             .await
             .or_status()?;
-        let (targets, next_page_token) =
-            page(rows, size, List::Targets, |t| &t.id, target_to_proto);
+        let (targets, next_page_token) = page(
+            rows,
+            size,
+            |t| page_token(List::Targets, &t.id),
+            target_to_proto,
+        );
         Ok(Response::new(ListTargetsResponse {
             targets,
             next_page_token,

@@ -2,13 +2,131 @@
 //! the decision's `votes`).
 
 use countersign_domain::{
-    FieldError, Millis, OperationClass,
-    escalation::{Route, RouteInput, RouteMatch, Verdict, Vote, validate_route},
+    Decision, DecisionOutcome, FieldError, Millis, OperationClass, Proposal,
+    escalation::{
+        AGENT_AWAITING_HUMAN, Escalation, Route, RouteInput, RouteMatch, Subject, Verdict, Vote,
+        validate_route,
+    },
+    review::summary,
 };
 use prost_types::Duration;
 
-use super::{blast_radius_to_proto, class_to_proto, reference::blast_radius_from_proto, timestamp};
+use super::{
+    blast_radius_to_proto, class_to_proto, decision_to_proto, decode_page_token, proposal_to_proto,
+    reference::blast_radius_from_proto, timestamp,
+};
 use crate::v1;
+
+/// The proposal as the four-eyes rules see it.
+pub fn subject(proposal: &Proposal) -> Subject<'_> {
+    Subject {
+        id: &proposal.id,
+        tenant: &proposal.tenant,
+        state: proposal.state,
+        submitter_person: proposal.submitted_by_person.as_deref(),
+        spec: &proposal.spec,
+    }
+}
+
+/// The decision of a proposal people are deciding, as `viewer` may see it:
+/// the gates as the review left them, the model's review if one reviewed it,
+/// the route, the votes so far and what it waits for; no outcome and no
+/// decision time. Agent credentials get the terse view of any decision
+/// (`Decision::for_agent`): "awaiting human approval" and no reason, gates,
+/// votes or model review.
+pub fn waiting_decision(
+    proposal: &Proposal,
+    escalation: &Escalation,
+    votes: &[Vote],
+    agent_viewer: bool,
+) -> v1::Decision {
+    let reason = escalation.waiting_reason(votes, &subject(proposal));
+    let decision = Decision {
+        // Not shown: the wire outcome is unspecified (below) while people decide.
+        outcome: DecisionOutcome::Reject,
+        summary: summary("escalated", &escalation.gates, &reason),
+        reason,
+        agent_message: AGENT_AWAITING_HUMAN.to_owned(),
+        sop_id: escalation.sop_id.clone(),
+        sop_version: escalation.sop_version,
+        rollback_path: escalation.rollback_path.clone(),
+        gates: escalation.gates.clone(),
+        missing_gates: escalation
+            .gates
+            .iter()
+            .filter(|g| !g.passed)
+            .map(|g| g.gate.clone())
+            .collect(),
+        reviewer: escalation.reviewer.clone(),
+        decided_at: 0,
+        sequence: 0,
+        digest: String::new(),
+        review_latency_ms: escalation.review_latency_ms,
+        route_id: Some(escalation.route_id.clone()),
+        votes: votes.to_vec(),
+        model: escalation.model.clone(),
+    };
+    let shown = if agent_viewer {
+        decision.for_agent()
+    } else {
+        decision
+    };
+    v1::Decision {
+        outcome: v1::DecisionOutcome::Unspecified as i32,
+        decided_at: None,
+        ..decision_to_proto(&shown)
+    }
+}
+
+/// An ESCALATED proposal with its [`waiting_decision`].
+pub fn escalated_to_proto(
+    proposal: &Proposal,
+    escalation: &Escalation,
+    votes: &[Vote],
+    agent_viewer: bool,
+) -> v1::Proposal {
+    v1::Proposal {
+        decision: Some(waiting_decision(proposal, escalation, votes, agent_viewer)),
+        ..proposal_to_proto(proposal, agent_viewer)
+    }
+}
+
+/// One open escalation of `ListEscalations`; agent credentials get no votes.
+pub fn escalation_to_proto(
+    proposal: &Proposal,
+    escalation: &Escalation,
+    votes: &[Vote],
+    agent_viewer: bool,
+) -> v1::Escalation {
+    let proposal = escalated_to_proto(proposal, escalation, votes, agent_viewer);
+    v1::Escalation {
+        route_id: escalation.route_id.clone(),
+        votes: proposal
+            .decision
+            .as_ref()
+            .map(|d| d.votes.clone())
+            .unwrap_or_default(),
+        proposal: Some(proposal),
+        approvals_required: escalation.approvals_required,
+        expires_at: Some(timestamp(escalation.expires_at)),
+    }
+}
+
+/// Where a page of `ListEscalations` continues: after this escalation's
+/// (opened_at, proposal id). Opaque to callers: tagged, in hex.
+pub fn page_token(opened_at: Millis, id: &str) -> String {
+    hex::encode(format!("e1:{opened_at}:{id}"))
+}
+
+/// The (opened_at, proposal id) a page starts after (`None`: the first
+/// page), or an error naming `page_token`.
+pub fn page_after(token: &str) -> Result<Option<(Millis, String)>, FieldError> {
+    decode_page_token(token, |text| {
+        let (at, id) = text.strip_prefix("e1:")?.split_once(':')?;
+        let at = at.parse().ok()?;
+        (!id.is_empty()).then(|| (at, id.to_owned()))
+    })
+}
 
 pub fn verdict_to_proto(verdict: Verdict) -> v1::Verdict {
     match verdict {
@@ -260,6 +378,131 @@ mod tests {
                 state_to_proto(state).as_str_name(),
                 format!("PROPOSAL_STATE_{}", state.as_str().to_ascii_uppercase())
             );
+        }
+    }
+
+    /// An escalation under `prod-db` needing two people, its `sop` gate
+    /// failed, with ann's approval and comment.
+    fn waiting() -> (countersign_domain::Proposal, Escalation, Vec<Vote>) {
+        use countersign_domain::{GateResult, gates::GATES};
+        let proposal: countersign_domain::Proposal = serde_json::from_value(serde_json::json!({
+            "id": "p1", "tenant": "acme", "state": "escalated", "submitted_by": "bot",
+            "submitted_by_person": "sam@example.com",
+            "created_at": 1, "updated_at": 2, "decision": null, "suppressed_retries": 0,
+            "cancel_reason": null,
+            "spec": {
+                "action": "db_failover", "class": "destructive", "target": "db-1",
+                "parameters": {}, "reason": "primary down", "blast_radius": "cluster",
+                "operator": "alice", "context_summary": "", "incident_id": "", "labels": {},
+                "rollback_plan": "", "force_approve_no_sop": false, "idempotency_key": ""
+            }
+        }))
+        .unwrap();
+        let escalation = Escalation {
+            route_id: "prod-db".into(),
+            approvals_required: 2,
+            approver_roles: vec![Role::Oncall],
+            opened_at: 1_000,
+            expires_at: 3_601_000,
+            gates: GATES
+                .iter()
+                .map(|g| GateResult {
+                    gate: (*g).into(),
+                    passed: *g != "sop",
+                    detail: format!("{g} detail"),
+                })
+                .collect(),
+            sop_id: None,
+            sop_version: None,
+            rollback_path: None,
+            reviewer: "w1".into(),
+            review_latency_ms: 4,
+            model: Some(countersign_domain::model::ModelReview {
+                profile_id: "db".into(),
+                endpoint: "local".into(),
+                model: "qwen2.5-7b-instruct".into(),
+                verdict: "unsure".into(),
+                latency_ms: 900,
+                usage: Default::default(),
+            }),
+        };
+        let votes = vec![Vote {
+            person: "ann@example.com".into(),
+            key_id: "k1".into(),
+            verdict: Verdict::Approve,
+            comment: "ann's note".into(),
+            at: 2_000,
+        }];
+        (proposal, escalation, votes)
+    }
+
+    #[test]
+    fn an_escalated_proposal_shows_its_gates_route_and_votes_with_no_outcome() {
+        let (proposal, escalation, votes) = waiting();
+        let wire = escalated_to_proto(&proposal, &escalation, &votes, false);
+        assert_eq!(wire.state, v1::ProposalState::Escalated as i32);
+        assert_eq!(wire.submitted_by_person, "sam@example.com");
+        let d = wire.decision.unwrap();
+        assert_eq!(d.outcome, v1::DecisionOutcome::Unspecified as i32);
+        assert_eq!(d.decided_at, None);
+        assert_eq!(d.route_id, "prod-db");
+        assert_eq!(d.gates.len(), 5);
+        assert_eq!(d.missing_gates, ["sop"]);
+        assert_eq!(d.votes.len(), 1);
+        assert_eq!(d.model.map(|m| m.verdict).as_deref(), Some("unsure"));
+        assert!(d.reason.contains("1 of 2 approvals"), "{}", d.reason);
+        assert!(
+            d.summary.starts_with("Decision: escalated"),
+            "{}",
+            d.summary
+        );
+        assert_eq!(d.agent_message, AGENT_AWAITING_HUMAN);
+        let listed = escalation_to_proto(&proposal, &escalation, &votes, false);
+        assert_eq!(listed.votes.len(), 1);
+        assert_eq!(listed.approvals_required, 2);
+        assert_eq!(
+            crate::convert::millis(&listed.expires_at.unwrap()),
+            3_601_000
+        );
+    }
+
+    #[test]
+    fn an_agent_is_told_only_that_people_are_deciding() {
+        let (proposal, escalation, votes) = waiting();
+        let listed = escalation_to_proto(&proposal, &escalation, &votes, true);
+        assert!(listed.votes.is_empty());
+        let d = listed.proposal.unwrap().decision.unwrap();
+        assert_eq!(d.agent_message, AGENT_AWAITING_HUMAN);
+        assert_eq!(d.outcome, v1::DecisionOutcome::Unspecified as i32);
+        assert!(d.reason.is_empty() && d.summary.is_empty());
+        assert!(d.gates.is_empty() && d.missing_gates.is_empty() && d.votes.is_empty());
+        assert_eq!(d.model, None);
+        assert!(!format!("{d:?}").contains("ann's note"));
+    }
+
+    #[test]
+    fn inbox_page_tokens_round_trip_and_refuse_what_the_service_did_not_issue() {
+        for (at, id) in [
+            (0, "p1"),
+            (1_764_000_000_123, "01KB:with:colons"),
+            (-5, "x"),
+        ] {
+            assert_eq!(
+                page_after(&page_token(at, id)),
+                Ok(Some((at, id.to_owned())))
+            );
+        }
+        assert_eq!(page_after(""), Ok(None));
+        let sops =
+            crate::convert::reference::page_token(crate::convert::reference::List::Sops, "p1");
+        for bad in [
+            "zz".to_owned(),
+            sops,
+            hex::encode("e1:12:"),
+            hex::encode("e1:soon:p1"),
+            hex::encode("e1:12"),
+        ] {
+            assert_eq!(page_after(&bad).unwrap_err().field, "page_token", "{bad}");
         }
     }
 

@@ -1,8 +1,11 @@
 //! Events on the wire: the notifications of `NotificationService.Watch`.
 
-use countersign_domain::{Event, EventKind, Millis};
+use countersign_domain::{
+    Event, EventKind, Millis,
+    escalation::{Escalation, Vote},
+};
 
-use super::{proposal_to_proto, timestamp};
+use super::{escalation::escalated_to_proto, proposal_to_proto, timestamp};
 use crate::v1;
 
 pub fn kind_to_proto(kind: EventKind) -> v1::EventKind {
@@ -29,6 +32,25 @@ pub fn notification(event: &Event, agent_viewer: bool) -> v1::Notification {
         proposal: Some(proposal_to_proto(&event.proposal, agent_viewer)),
         emitted_at: Some(timestamp(event.created_at)),
         heartbeat: false,
+    }
+}
+
+/// The notification for an event that left its proposal ESCALATED, with the
+/// escalation's waiting decision (`escalation::escalated_to_proto`).
+pub fn escalated_notification(
+    event: &Event,
+    escalation: &Escalation,
+    votes: &[Vote],
+    agent_viewer: bool,
+) -> v1::Notification {
+    v1::Notification {
+        proposal: Some(escalated_to_proto(
+            &event.proposal,
+            escalation,
+            votes,
+            agent_viewer,
+        )),
+        ..notification(event, agent_viewer)
     }
 }
 

@@ -1,0 +1,290 @@
+//! `countersign route …`: the tenant's escalation routes (admins).
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use anyhow::Context;
+use clap::Subcommand;
+use countersign_proto::v1::{
+    self, DeleteRouteRequest, ListRoutesRequest, PutRouteRequest,
+    policy_service_client::PolicyServiceClient,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{client::ClientArgs, output::enum_short};
+
+#[derive(Debug, Subcommand)]
+pub enum RouteCommand {
+    /// Create or replace a route from a YAML file (README.md, Routes).
+    Put {
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+    },
+    /// The tenant's routes, by id.
+    List,
+    /// Remove a route; proposals it already escalated keep its terms.
+    Delete { id: String },
+}
+
+/// The file form of a route: the contract's field names, enums by short
+/// name, `expires_after` as a duration (`30m`, `1h`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    id: String,
+    #[serde(default, rename = "match")]
+    matcher: MatchFile,
+    approvals_required: u32,
+    #[serde(default)]
+    approver_roles: Vec<String>,
+    #[serde(default)]
+    expires_after: Option<String>,
+    #[serde(default)]
+    escalate_on: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct MatchFile {
+    actions: Vec<String>,
+    classes: Vec<String>,
+    blast_radii: Vec<String>,
+    target_selector: BTreeMap<String, String>,
+}
+
+impl RouteFile {
+    fn to_wire(&self) -> anyhow::Result<v1::Route> {
+        let expires_after = self
+            .expires_after
+            .as_deref()
+            .map(|text| {
+                humantime::parse_duration(text)
+                    .with_context(|| format!("expires_after `{text}` (e.g. 30m, 1h, 2h30m)"))
+                    .map(wire_duration)
+            })
+            .transpose()?;
+        Ok(v1::Route {
+            id: self.id.clone(),
+            r#match: Some(v1::RouteMatch {
+                actions: self.matcher.actions.clone(),
+                classes: self
+                    .matcher
+                    .classes
+                    .iter()
+                    .map(|c| crate::spec_input::class_value(c))
+                    .collect::<anyhow::Result<_>>()?,
+                blast_radii: self
+                    .matcher
+                    .blast_radii
+                    .iter()
+                    .map(|r| crate::spec_input::blast_radius_value(r))
+                    .collect::<anyhow::Result<_>>()?,
+                target_selector: self.matcher.target_selector.clone().into_iter().collect(),
+            }),
+            approvals_required: self.approvals_required,
+            approver_roles: self.approver_roles.clone(),
+            expires_after,
+            escalate_on: self.escalate_on.clone(),
+        })
+    }
+}
+
+fn wire_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A wire duration for people: `30m`, `1h`.
+pub fn duration_text(d: Option<&prost_types::Duration>) -> String {
+    let Some(d) = d else {
+        return "-".into();
+    };
+    let secs = u64::try_from(d.seconds).unwrap_or(0);
+    humantime::format_duration(Duration::new(secs, d.nanos.max(0) as u32)).to_string()
+}
+
+fn classes(m: &v1::RouteMatch) -> Vec<String> {
+    m.classes
+        .iter()
+        .map(|c| {
+            enum_short(
+                v1::OperationClass::try_from(*c).map(|c| c.as_str_name()),
+                "OPERATION_CLASS_",
+            )
+        })
+        .collect()
+}
+
+fn blast_radii(m: &v1::RouteMatch) -> Vec<String> {
+    m.blast_radii
+        .iter()
+        .map(|r| {
+            enum_short(
+                v1::BlastRadius::try_from(*r).map(|r| r.as_str_name()),
+                "BLAST_RADIUS_",
+            )
+        })
+        .collect()
+}
+
+fn route_json(r: &v1::Route) -> serde_json::Value {
+    let m = r.r#match.clone().unwrap_or_default();
+    json!({
+        "id": r.id,
+        "match": {
+            "actions": m.actions,
+            "classes": classes(&m),
+            "blast_radii": blast_radii(&m),
+            "target_selector": m.target_selector,
+        },
+        "approvals_required": r.approvals_required,
+        "approver_roles": r.approver_roles,
+        "expires_after": duration_text(r.expires_after.as_ref()),
+        "escalate_on": r.escalate_on,
+    })
+}
+
+/// `prod-db  2 approvals by oncall,admin within 30m  escalate_on sop  match …`.
+fn route_line(r: &v1::Route) -> String {
+    let m = r.r#match.clone().unwrap_or_default();
+    let or_any = |items: Vec<String>| {
+        if items.is_empty() {
+            "*".to_owned()
+        } else {
+            items.join(",")
+        }
+    };
+    let mut selector: Vec<String> = m
+        .target_selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    selector.sort();
+    let escalate_on = if r.escalate_on.is_empty() {
+        "-".to_owned()
+    } else {
+        r.escalate_on.join(",")
+    };
+    format!(
+        "{:<20} {} of {} within {:<8} escalate_on {:<24} match actions={} classes={} blast_radii={} target={}",
+        r.id,
+        r.approvals_required,
+        or_any(r.approver_roles.clone()),
+        duration_text(r.expires_after.as_ref()),
+        escalate_on,
+        or_any(m.actions.clone()),
+        or_any(classes(&m)),
+        or_any(blast_radii(&m)),
+        or_any(selector),
+    )
+}
+
+pub async fn run(conn: &ClientArgs, command: RouteCommand) -> anyhow::Result<()> {
+    let (channel, auth) = conn.channel().await?;
+    let mut client = PolicyServiceClient::with_interceptor(channel, auth);
+    let routes = match command {
+        RouteCommand::Put { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let route: RouteFile = serde_yaml_ng::from_str(&text)
+                .with_context(|| format!("parsing {}", file.display()))?;
+            let route = route
+                .to_wire()
+                .with_context(|| format!("in {}", file.display()))?;
+            vec![
+                client
+                    .put_route(PutRouteRequest { route: Some(route) })
+                    .await?
+                    .into_inner(),
+            ]
+        }
+        RouteCommand::List => {
+            client
+                .list_routes(ListRoutesRequest {})
+                .await?
+                .into_inner()
+                .routes
+        }
+        RouteCommand::Delete { id } => {
+            vec![
+                client
+                    .delete_route(DeleteRouteRequest { id })
+                    .await?
+                    .into_inner(),
+            ]
+        }
+    };
+    for route in &routes {
+        if conn.json {
+            println!("{}", route_json(route));
+        } else {
+            println!("{}", route_line(route));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "
+id: prod-db
+match:
+  actions: [\"db_*\"]
+  classes: [destructive]
+  blast_radii: [cluster, tenant_wide]
+  target_selector:
+    env: production
+approvals_required: 2
+approver_roles: [oncall, admin]
+expires_after: 30m
+escalate_on: [sop, rollback, blast_radius]
+";
+
+    #[test]
+    fn a_route_file_becomes_the_wire_route() {
+        let file: RouteFile = serde_yaml_ng::from_str(FILE).unwrap();
+        let route = file.to_wire().unwrap();
+        let m = route.r#match.as_ref().unwrap();
+        assert_eq!(m.actions, ["db_*"]);
+        assert_eq!(m.classes, [v1::OperationClass::Destructive as i32]);
+        assert_eq!(
+            m.blast_radii,
+            [
+                v1::BlastRadius::Cluster as i32,
+                v1::BlastRadius::TenantWide as i32
+            ]
+        );
+        assert_eq!(m.target_selector["env"], "production");
+        assert_eq!(route.approvals_required, 2);
+        assert_eq!(route.expires_after.unwrap().seconds, 1800);
+        assert_eq!(route.escalate_on, ["sop", "rollback", "blast_radius"]);
+        assert_eq!(route_json(&route)["expires_after"], "30m");
+    }
+
+    #[test]
+    fn a_bare_route_file_leaves_the_defaults_to_the_server() {
+        let file: RouteFile = serde_yaml_ng::from_str("id: r\napprovals_required: 1\n").unwrap();
+        let route = file.to_wire().unwrap();
+        assert_eq!(route.expires_after, None);
+        assert!(route.approver_roles.is_empty());
+        assert_eq!(route.r#match.unwrap(), v1::RouteMatch::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_by_name() {
+        let unknown =
+            serde_yaml_ng::from_str::<RouteFile>("id: r\napprovals_required: 1\nquorum: 2\n");
+        assert!(unknown.unwrap_err().to_string().contains("quorum"));
+        let class: RouteFile =
+            serde_yaml_ng::from_str("id: r\napprovals_required: 1\nmatch: {classes: [huge]}\n")
+                .unwrap();
+        assert!(format!("{:#}", class.to_wire().unwrap_err()).contains("huge"));
+        let expiry: RouteFile =
+            serde_yaml_ng::from_str("id: r\napprovals_required: 1\nexpires_after: soon\n").unwrap();
+        assert!(format!("{:#}", expiry.to_wire().unwrap_err()).contains("expires_after"));
+    }
+}
