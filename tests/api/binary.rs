@@ -88,6 +88,22 @@ fn countersign(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String
     (code == Some(0), out, err)
 }
 
+/// The server runs without transparent huge pages: with them, every 2 MiB
+/// region of its allocator's arenas that holds one live 64 KiB page stays
+/// resident whole (BENCHMARKS.md, "embedded memory").
+#[cfg(target_os = "linux")]
+#[test]
+fn serve_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let enabled = status
+        .lines()
+        .find_map(|line| line.strip_prefix("THP_enabled:"))
+        .map(str::trim);
+    assert_eq!(enabled, Some("0"), "{status}");
+}
+
 #[test]
 fn a_newcomer_serves_creates_a_key_submits_and_reads_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -1215,4 +1231,76 @@ fn an_admin_puts_lists_and_deletes_model_profiles_from_the_cli() {
     let (code, out, _) = run(&admin_key, &["model-profile", "list"]);
     assert_eq!(code, Some(0));
     assert!(out.trim().is_empty(), "{out}");
+}
+
+#[test]
+fn an_approvals_receipt_is_verified_offline_for_exactly_the_spec_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path());
+    let admin_key = admin_key(dir.path());
+    let admin = [
+        ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+        ("COUNTERSIGN_API_KEY", admin_key.as_str()),
+    ];
+    std::fs::write(
+        dir.path().join("sop.yaml"),
+        "id: SOP-1\naction: host_restart_service\ntitle: Restart\n\
+         rollback_path: start it\nmax_blast_radius: single_device\n",
+    )
+    .unwrap();
+    assert!(countersign(dir.path(), &["sop", "put", "-f", "sop.yaml"], &admin).0);
+    let put = ["target", "put", "node-01", "--status", "online"];
+    assert!(countersign(dir.path(), &put, &admin).0);
+    let spec = "action: host_restart_service\nclass: write\ntarget: node-01\n\
+                blast_radius: single_device\nreason: nginx OOM\nidempotency_key: k-1\n";
+    std::fs::write(dir.path().join("spec.yaml"), spec).unwrap();
+    std::fs::write(
+        dir.path().join("other.yaml"),
+        spec.replace("nginx OOM", "something else"),
+    )
+    .unwrap();
+    let (ok, out, err) = countersign(
+        dir.path(),
+        &["submit", "-f", "spec.yaml", "--wait", "--json"],
+        &admin,
+    );
+    assert!(ok, "{out}{err}");
+    std::fs::write(dir.path().join("approved.json"), &out).unwrap();
+    let (ok, public_key, err) = countersign(dir.path(), &["admin", "signing-key", "show"], &[]);
+    assert!(ok, "{err}");
+    let public_key = public_key.trim().to_owned();
+
+    let verify = |file: &str, extra: &[&str]| {
+        let mut args = vec!["receipt", "verify", file, "--public-key", &public_key];
+        args.extend_from_slice(extra);
+        exit_of(dir.path(), &args, &[])
+    };
+    let (code, out, err) = verify(
+        "approved.json",
+        &["--spec", "spec.yaml", "--tenant", "default"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("ok: approval of proposal"), "{out}");
+
+    let (code, _, err) = verify("approved.json", &["--spec", "other.yaml"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("another spec"), "{err}");
+    let (code, _, err) = verify("approved.json", &["--tenant", "acme"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("tenant"), "{err}");
+
+    // One changed byte of what was signed.
+    let approved: serde_json::Value =
+        serde_json::from_str(&out_of(dir.path(), "approved.json")).unwrap();
+    let mut receipt = approved["decision"]["receipt"].clone();
+    receipt["expires_at"] = (receipt["expires_at"].as_i64().unwrap() + 1).into();
+    std::fs::write(dir.path().join("forged.json"), receipt.to_string()).unwrap();
+    let (code, _, err) = verify("forged.json", &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("signature"), "{err}");
+    drop(server);
+}
+
+fn out_of(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file)).unwrap()
 }

@@ -20,6 +20,7 @@ mod policy;
 mod production;
 mod production_support;
 mod rate_limit;
+mod receipt;
 mod reference;
 mod replicas;
 mod review;

@@ -36,8 +36,8 @@ use crate::{
     },
     probes::{probes, set_all},
     services::{
-        AuditApi, EscalationApi, NotificationApi, PolicyApi, ProposalApi, SopApi, TargetApi,
-        audit::checkpoint_periodically,
+        AuditApi, EscalationApi, NotificationApi, PolicyApi, ProposalApi, Receipts, SopApi,
+        TargetApi, Views, audit::checkpoint_periodically,
     },
     suppression::{Suppression, SuppressionConfig, spawn_listener, spawn_maintenance},
 };
@@ -207,9 +207,13 @@ impl Application {
         );
         let maintenance =
             spawn_maintenance(suppression.clone(), self.store.clone(), shutdown.clone());
+        let views = Views::new(
+            self.store.clone(),
+            Receipts::new(self.config.signing_key.clone()),
+        );
         let proposals = ProposalServiceServer::new(ProposalApi::new(
             self.store.clone(),
-            self.store.clone(),
+            views.clone(),
             fanout.clone(),
             suppression.clone(),
         ))
@@ -233,8 +237,9 @@ impl Application {
             self.config.model_endpoints.clone(),
         ))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let escalations = EscalationServiceServer::new(EscalationApi::new(self.store.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let escalations =
+            EscalationServiceServer::new(EscalationApi::new(self.store.clone(), views))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let audit = AuditServiceServer::new(AuditApi::new(
             self.store.clone(),
             self.config.signing_key.clone(),

@@ -9,6 +9,7 @@ mod baseline;
 mod board;
 mod burners;
 mod closed_loop;
+mod escalation;
 mod growth;
 mod production;
 mod report;
@@ -85,6 +86,9 @@ pub enum Scenario {
     WatchFanout(FanoutArgs),
     /// Pages of `ListDecisions` with filters over a large log, and `VerifyLog` of all of it.
     AuditQuery(AuditQueryArgs),
+    /// Proposals a route sends to people, each approved by two of them; the
+    /// deciding vote's time to the decision on `Watch`.
+    Escalation(EscalationArgs),
     /// Only the machine's baselines (SQLite single-row inserts; with
     /// `--production`, pgbench and redis-benchmark too).
     Baseline,
@@ -188,6 +192,16 @@ pub struct AuditQueryArgs {
     pub clients: u64,
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct EscalationArgs {
+    /// Escalated proposals to resolve (one target each).
+    #[arg(long, default_value = "1000")]
+    pub proposals: u64,
+    /// Concurrent resolving clients, each a pair of approvers.
+    #[arg(long, default_value = "8")]
+    pub clients: u64,
+}
+
 /// Runs one scenario, prints its table and writes its JSON; returns the report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
     let report = match &args.scenario {
@@ -196,6 +210,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         Scenario::Suppressed(load) => suppressed::suppressed(&args, load).await?,
         Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
         Scenario::AuditQuery(q) => audit_query::audit_query(&args, q).await?,
+        Scenario::Escalation(e) => escalation::escalation(&args, e).await?,
         Scenario::Baseline => scenario::baseline_only(&args).await?,
     };
     print!("{}", report.table());

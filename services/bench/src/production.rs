@@ -72,6 +72,22 @@ fn with_database(url: &str, database: &str) -> String {
 }
 
 impl ProductionArgs {
+    /// Runs `scenario` on the backends the flags choose: with `--production`,
+    /// on a fresh database and Redis prefix ([`ProductionArgs::prepare`]),
+    /// dropped afterwards whatever the outcome.
+    pub async fn run<F, Fut, T>(&self, run: &crate::BenchArgs, scenario: F) -> anyhow::Result<T>
+    where
+        F: FnOnce(Option<Production>) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<T>>,
+    {
+        let production = self.prepare(run).await?;
+        let result = scenario(production.clone()).await;
+        if let Some(p) = &production {
+            p.clean_up().await;
+        }
+        result
+    }
+
     /// A fresh database, migrated by the run's `countersign` binary, and a
     /// fresh Redis prefix; `None` for the embedded default.
     pub async fn prepare(&self, run: &crate::BenchArgs) -> anyhow::Result<Option<Production>> {

@@ -479,12 +479,9 @@ async fn transport_floor(
 }
 
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
-    let production = args.production.prepare(args).await?;
-    let result = submit_decide_on(args, load, production.clone()).await;
-    if let Some(p) = &production {
-        p.clean_up().await;
-    }
-    result
+    args.production
+        .run(args, |production| submit_decide_on(args, load, production))
+        .await
 }
 
 async fn submit_decide_on(
@@ -638,12 +635,11 @@ async fn trickle(
 }
 
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
-    let production = args.production.prepare(args).await?;
-    let result = noisy_neighbour_on(args, noisy, production.clone()).await;
-    if let Some(p) = &production {
-        p.clean_up().await;
-    }
-    result
+    args.production
+        .run(args, |production| {
+            noisy_neighbour_on(args, noisy, production)
+        })
+        .await
 }
 
 async fn noisy_neighbour_on(

@@ -286,3 +286,21 @@ fn without_a_countersign_binary_the_run_says_where_it_looked_and_how_to_build_on
         "{stderr}"
     );
 }
+
+#[test]
+fn a_tiny_escalation_run_decides_every_proposal_by_two_approvals() {
+    let report = bench(&["escalation", "--proposals", "20", "--clients", "2"]);
+    assert_eq!(report["outcomes"]["approved"], 20, "{report}");
+    assert_eq!(
+        report["latencies"]["resolution (deciding Resolve -> decision on Watch)"]["count"], 20,
+        "{report}"
+    );
+    assert_eq!(report["latencies"]["first vote (Resolve)"]["count"], 20);
+    assert!(
+        report["ratios"]["resolution_p99_ms / health_check_p99_ms"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0,
+        "{report}"
+    );
+}

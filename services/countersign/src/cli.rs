@@ -47,8 +47,23 @@ pub enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Decision receipts, checked offline.
+    Receipt {
+        #[command(subcommand)]
+        command: ReceiptCommand,
+    },
     #[command(flatten)]
     Client(ClientCommandWithArgs),
+}
+
+/// `countersign receipt …`.
+#[derive(Debug, Subcommand)]
+pub enum ReceiptCommand {
+    /// Check an approval's receipt before running the operation: its
+    /// signature, that it is an approval and unexpired, and (with --spec,
+    /// --tenant) that it is for exactly this spec and tenant. Exit 0 when
+    /// the operation may run, 1 otherwise.
+    Verify(crate::receipt::VerifyReceiptArgs),
 }
 
 /// Client commands carry the connection flags alongside their own.
@@ -206,6 +221,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let migrated = crate::migrate::run(&store, &owner).await?;
             println!("migrations applied to {migrated}");
             Ok(())
+        }
+        Command::Receipt {
+            command: ReceiptCommand::Verify(args),
+        } => {
+            telemetry::init(false);
+            crate::receipt::verify(&args)
         }
         Command::Admin { store, command } => {
             telemetry::init(false);

@@ -15,6 +15,7 @@ pub mod model_profile;
 pub mod output;
 pub mod policy;
 pub mod queue_gauges;
+pub mod receipt;
 pub mod reference;
 pub mod route;
 pub mod serve;

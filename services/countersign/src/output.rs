@@ -196,6 +196,7 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
                 "prompt_tokens": m.prompt_tokens, "completion_tokens": m.completion_tokens,
                 "cached_prompt_tokens": m.cached_prompt_tokens,
             })),
+            "receipt": d.receipt.as_ref().map(crate::receipt::json),
         })
     });
     json!({

@@ -7,7 +7,7 @@ use clap::Args;
 use countersign_proto::{convert::json_to_struct, v1};
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SpecArgs {
     /// A YAML (or JSON) file with the spec's fields; flags override it.
     #[arg(long, short = 'f')]
@@ -115,6 +115,15 @@ pub fn key_value(pair: &str, what: &str) -> anyhow::Result<(String, String)> {
 }
 
 impl SpecArgs {
+    /// The spec a file holds, as `submit -f FILE` submits it.
+    pub fn from_file(path: &std::path::Path) -> anyhow::Result<v1::ProposalSpec> {
+        SpecArgs {
+            file: Some(path.to_owned()),
+            ..SpecArgs::default()
+        }
+        .to_spec()
+    }
+
     pub fn to_spec(&self) -> anyhow::Result<v1::ProposalSpec> {
         let mut file = match &self.file {
             Some(path) => {

@@ -22,7 +22,7 @@ use crate::{
     BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision, escalation::Vote,
 };
 
-pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message};
+pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message, verify_message};
 pub use copies::{CopyCheck, DecisionColumns, LogColumns, ProposalColumns, StoredCopies};
 pub use verify::{Failure, FailureKind, Verification, Verifier};
 

@@ -16,6 +16,7 @@ pub mod gates;
 pub mod model;
 pub mod principal;
 pub mod proposal;
+pub mod receipt;
 pub mod reference;
 pub mod review;
 pub mod role;

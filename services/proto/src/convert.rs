@@ -223,6 +223,31 @@ pub fn decision_to_proto(decision: &Decision) -> v1::Decision {
             .map(escalation::vote_to_proto)
             .collect(),
         model: decision.model.as_ref().map(model::review_to_proto),
+        receipt: None,
+    }
+}
+
+pub fn receipt_to_proto(r: &countersign_domain::receipt::Receipt) -> v1::Receipt {
+    v1::Receipt {
+        tenant: r.tenant.clone(),
+        proposal_id: r.proposal_id.clone(),
+        spec_digest: r.spec_digest.clone(),
+        outcome: r.outcome.clone(),
+        decided_at: r.decided_at,
+        expires_at: r.expires_at,
+        signature: r.signature.clone(),
+    }
+}
+
+pub fn receipt_from_proto(r: v1::Receipt) -> countersign_domain::receipt::Receipt {
+    countersign_domain::receipt::Receipt {
+        tenant: r.tenant,
+        proposal_id: r.proposal_id,
+        spec_digest: r.spec_digest,
+        outcome: r.outcome,
+        decided_at: r.decided_at,
+        expires_at: r.expires_at,
+        signature: r.signature,
     }
 }
 

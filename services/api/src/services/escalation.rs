@@ -6,17 +6,15 @@
 use std::sync::Arc;
 
 use countersign_domain::{
-    Decision, Millis, Permission, Proposal, ProposalState,
+    Decision, Millis, Permission,
     escalation::{self, Ballot, Resolution},
     now_ms,
 };
 use countersign_proto::{
     OrStatus,
     convert::{
-        escalation::{
-            escalated_to_proto, escalation_to_proto, page_after, page_token, verdict_from_proto,
-        },
-        page_size, proposal_to_proto,
+        escalation::{escalation_to_proto, page_after, page_token, verdict_from_proto},
+        page_size,
     },
     v1::{
         ListEscalationsRequest, ListEscalationsResponse, ResolveRequest,
@@ -26,42 +24,18 @@ use countersign_proto::{
 use countersign_store::{EscalationRecord, Escalations};
 use tonic::{Request, Response, Status};
 
-use super::page;
+use super::{page, view::Views};
 use crate::context::{Caller, require_id};
 
 pub struct EscalationApi {
     store: Arc<dyn Escalations>,
+    views: Views,
 }
 
 impl EscalationApi {
-    pub fn new(store: Arc<dyn Escalations>) -> Self {
-        EscalationApi { store }
+    pub fn new(store: Arc<dyn Escalations>, views: Views) -> Self {
+        EscalationApi { store, views }
     }
-}
-
-/// The wire form of `proposal` as `agent_viewer` may see it; an ESCALATED
-/// one carries its escalation's gate results, route and votes (read here),
-/// in place of a decision.
-pub(crate) async fn proposal_view(
-    store: &dyn Escalations,
-    proposal: &Proposal,
-    agent_viewer: bool,
-) -> Result<countersign_proto::v1::Proposal, Status> {
-    if proposal.state != ProposalState::Escalated {
-        return Ok(proposal_to_proto(proposal, agent_viewer));
-    }
-    let record = store
-        .get_escalation(&proposal.tenant, &proposal.id)
-        .await
-        .or_status()?;
-    Ok(match record {
-        Some(r) if r.proposal.state == ProposalState::Escalated => {
-            escalated_to_proto(&r.proposal, &r.escalation, &r.votes, agent_viewer)
-        }
-        // Decided since it was read: the newer view.
-        Some(r) => proposal_to_proto(&r.proposal, agent_viewer),
-        None => proposal_to_proto(proposal, agent_viewer),
-    })
 }
 
 /// How long people took over a decision they made, by its outcome.
@@ -159,7 +133,10 @@ impl EscalationService for EscalationApi {
                 }
             }
         }
-        let view = proposal_view(&*self.store, &voted.proposal, principal.agent).await?;
+        let view = self
+            .views
+            .proposal(&voted.proposal, principal.agent)
+            .await?;
         Ok(Response::new(view))
     }
 }

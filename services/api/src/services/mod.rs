@@ -4,6 +4,7 @@ pub mod notification;
 pub mod policy;
 pub mod proposal;
 pub mod reference;
+pub mod view;
 
 pub use audit::AuditApi;
 pub use escalation::EscalationApi;
@@ -11,6 +12,7 @@ pub use notification::NotificationApi;
 pub use policy::PolicyApi;
 pub use proposal::ProposalApi;
 pub use reference::{SopApi, TargetApi};
+pub use view::{Receipts, Views};
 
 /// A page's encoded size stays under this whatever its page size, far below
 /// the 4 MiB a client decodes by default: the largest SOP or target the

@@ -10,14 +10,14 @@ use countersign_proto::{
         SubmitResponse, proposal_service_server::ProposalService,
     },
 };
-use countersign_store::{Escalations, NewProposal, Proposals, SubmitOutcome};
+use countersign_store::{NewProposal, Proposals, SubmitOutcome};
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
 use countersign_domain::now_ms;
 
-use super::escalation::proposal_view;
+use super::view::Views;
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
@@ -39,8 +39,7 @@ fn await_poll() -> std::time::Duration {
 
 pub struct ProposalApi {
     store: Arc<dyn Proposals>,
-    /// An ESCALATED proposal is shown with its escalation.
-    escalations: Arc<dyn Escalations>,
+    views: Views,
     fanout: Fanout,
     suppression: Arc<Suppression>,
 }
@@ -48,13 +47,13 @@ pub struct ProposalApi {
 impl ProposalApi {
     pub fn new(
         store: Arc<dyn Proposals>,
-        escalations: Arc<dyn Escalations>,
+        views: Views,
         fanout: Fanout,
         suppression: Arc<Suppression>,
     ) -> Self {
         ProposalApi {
             store,
-            escalations,
+            views,
             fanout,
             suppression,
         }
@@ -124,8 +123,10 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                let view =
-                    proposal_view(&*self.escalations, &earlier, caller.principal.agent).await?;
+                let view = self
+                    .views
+                    .proposal(&earlier, caller.principal.agent)
+                    .await?;
                 return Ok(deduplicated(view));
             }
             match refusal {
@@ -165,7 +166,10 @@ impl ProposalService for ProposalApi {
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         // A deduplicated one may be waiting for people.
-        let view = proposal_view(&*self.escalations, proposal, caller.principal.agent).await?;
+        let view = self
+            .views
+            .proposal(proposal, caller.principal.agent)
+            .await?;
         Ok(Response::new(SubmitResponse {
             proposal: Some(view),
             deduplicated,
@@ -187,7 +191,10 @@ impl ProposalService for ProposalApi {
             .await
             .or_status()?
             .ok_or_else(|| not_found(&id))?;
-        let view = proposal_view(&*self.escalations, &proposal, caller.principal.agent).await?;
+        let view = self
+            .views
+            .proposal(&proposal, caller.principal.agent)
+            .await?;
         Ok(Response::new(view))
     }
 
@@ -242,20 +249,18 @@ impl ProposalService for ProposalApi {
                 .or_status()?
                 .ok_or_else(|| not_found(&id))?;
             if proposal.state.is_terminal() {
-                return Ok(Response::new(proposal_to_proto(
-                    &proposal,
-                    caller.principal.agent,
-                )));
+                return Ok(Response::new(
+                    self.views.decided(&proposal, caller.principal.agent),
+                ));
             }
             // The call's deadline (the timeout layer) ends the wait with
             // DEADLINE_EXCEEDED.
             tokio::select! {
                 published = &mut ended => match published {
                     Some(published) => {
-                        return Ok(Response::new(proposal_to_proto(
-                            &published.event.proposal,
-                            caller.principal.agent,
-                        )));
+                        return Ok(Response::new(
+                            self.views.decided(&published.event.proposal, caller.principal.agent),
+                        ));
                     }
                     None => ended = self.fanout.await_end(&caller.tenant.name, &id),
                 },

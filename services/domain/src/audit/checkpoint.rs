@@ -86,27 +86,42 @@ impl SigningKey {
             head_digest: head_digest.to_owned(),
             signed_at,
             public_key: self.public_hex(),
-            signature: hex::encode(self.0.sign(&message).to_bytes()),
+            signature: self.sign_message(&message),
         }
     }
+
+    /// The Ed25519 signature of `message`, hex.
+    pub fn sign_message(&self, message: &[u8]) -> String {
+        hex::encode(self.0.sign(message).to_bytes())
+    }
+}
+
+/// Checks `signature_hex` over `message` under a public key the caller
+/// trusts (hex).
+pub fn verify_message(
+    public_key_hex: &str,
+    message: &[u8],
+    signature_hex: &str,
+) -> Result<(), CheckpointError> {
+    let key: [u8; 32] = hex::decode(public_key_hex.trim())
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(CheckpointError::BadPublicKey)?;
+    let key =
+        ed25519_dalek::VerifyingKey::from_bytes(&key).map_err(|_| CheckpointError::BadPublicKey)?;
+    let signature: [u8; 64] = hex::decode(signature_hex)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(CheckpointError::BadSignature)?;
+    key.verify(message, &ed25519_dalek::Signature::from_bytes(&signature))
+        .map_err(|_| CheckpointError::Invalid)
 }
 
 impl Checkpoint {
     /// Checks the signature under a public key the caller trusts (hex).
     pub fn verify(&self, public_key_hex: &str) -> Result<(), CheckpointError> {
-        let key: [u8; 32] = hex::decode(public_key_hex.trim())
-            .ok()
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or(CheckpointError::BadPublicKey)?;
-        let key = ed25519_dalek::VerifyingKey::from_bytes(&key)
-            .map_err(|_| CheckpointError::BadPublicKey)?;
-        let signature: [u8; 64] = hex::decode(&self.signature)
-            .ok()
-            .and_then(|bytes| bytes.try_into().ok())
-            .ok_or(CheckpointError::BadSignature)?;
         let message =
             checkpoint_message(&self.tenant, self.size, &self.head_digest, self.signed_at);
-        key.verify(&message, &ed25519_dalek::Signature::from_bytes(&signature))
-            .map_err(|_| CheckpointError::Invalid)
+        verify_message(public_key_hex, &message, &self.signature)
     }
 }
