@@ -1151,6 +1151,89 @@ fn on_call_puts_a_route_reads_the_inbox_and_approves_or_denies_from_the_cli() {
 }
 
 #[test]
+fn an_admin_puts_lists_and_deletes_model_profiles_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("countersign.toml"),
+        "[[model.endpoints]]\nname = \"remote\"\nbase_url = \"http://127.0.0.1:9\"\n\
+         model = \"big\"\n\n[[model.endpoints]]\nname = \"local\"\n\
+         base_url = \"http://127.0.0.1:9\"\nmodel = \"qwen2.5-7b-instruct\"\n",
+    )
+    .unwrap();
+    let server = serve_with(dir.path(), &["--config", "countersign.toml"]);
+    let admin_key = admin_key(dir.path());
+    let (ok, ann, err) = countersign(
+        dir.path(),
+        &[
+            "admin", "key", "create", "--tenant", "default", "--role", "oncall", "--name", "ann",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    let run = |key: &str, args: &[&str]| {
+        let env = [
+            ("COUNTERSIGN_ENDPOINT", server.endpoint.as_str()),
+            ("COUNTERSIGN_API_KEY", key.trim()),
+        ];
+        exit_of(dir.path(), args, &env)
+    };
+    std::fs::write(
+        dir.path().join("profile.yaml"),
+        "id: db-changes\nmatch:\n  actions: [\"db_*\"]\n  classes: [destructive]\n\
+         endpoint: local\non_unsure: escalate\ncalls_per_minute: 30\n",
+    )
+    .unwrap();
+    let put = ["model-profile", "put", "-f", "profile.yaml"];
+    let (code, out, err) = run(&ann, &put);
+    assert_eq!(code, Some(1), "only admins: {out}");
+    assert!(err.contains("PERMISSION_DENIED"), "{err}");
+    let (code, out, err) = run(&admin_key, &put);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("db-changes") && out.contains("on local") && out.contains("unsure: escalate"),
+        "{out}"
+    );
+
+    // A URL (or any name the server does not configure) is refused, naming
+    // the field and the endpoints there are.
+    std::fs::write(
+        dir.path().join("url.yaml"),
+        "id: sneaky\nendpoint: http://169.254.169.254/latest/meta-data/\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&admin_key, &["model-profile", "put", "-f", "url.yaml"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        err.contains("INVALID_ARGUMENT")
+            && err.contains("profile.endpoint")
+            && err.contains("configured: local, remote"),
+        "{err}"
+    );
+
+    let (code, out, err) = run(&admin_key, &["model-profile", "list", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let listed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(listed["id"], "db-changes");
+    assert_eq!(listed["endpoint"], "local");
+    assert_eq!(listed["on_unsure"], "escalate");
+    assert_eq!(listed["calls_per_minute"], 30);
+    assert_eq!(
+        listed["match"]["classes"],
+        serde_json::json!(["destructive"])
+    );
+
+    let (code, out, err) = run(&admin_key, &["model-profile", "delete", "db-changes"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("db-changes"), "{out}");
+    let (code, _, err) = run(&admin_key, &["model-profile", "delete", "db-changes"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("NOT_FOUND"), "{err}");
+    let (code, out, _) = run(&admin_key, &["model-profile", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(out.trim().is_empty(), "{out}");
+}
+
+#[test]
 fn an_approvals_receipt_is_verified_offline_for_exactly_the_spec_that_runs() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());

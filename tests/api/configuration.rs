@@ -209,6 +209,45 @@ fn the_readmes_flat_variable_names_still_configure_the_server() {
     }
 }
 
+/// `countersign serve ARGS` in `dir` on port 0 (metrics too), with no other
+/// server variables.
+fn serve(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(dir)
+        .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("COUNTERSIGN_") && name != "COUNTERSIGN_METRICS_LISTEN" {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// What `serve` (`command`) said on stderr as it refused to start; a server
+/// that started (and announced its address) fails the test.
+fn refused_start(mut command: Command) -> String {
+    let mut child = command.spawn().expect("start countersign serve");
+    // A server that started would announce its address; a refused start
+    // ends with nothing on stdout.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    if !first.is_empty() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(first, "", "the server started");
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_zero_checkpoint_interval_stops_the_start_naming_the_key_and_the_flag() {
     let dir = tempfile::tempdir().unwrap();
@@ -224,36 +263,11 @@ fn a_zero_checkpoint_interval_stops_the_start_naming_the_key_and_the_flag() {
             ["watch.heartbeat", "COUNTERSIGN_WATCH_HEARTBEAT"],
         ),
     ] {
-        let mut command = Command::new(BIN);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .current_dir(dir.path())
-            .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (name, _) in std::env::vars() {
-            if name.starts_with("COUNTERSIGN_") && name != "COUNTERSIGN_METRICS_LISTEN" {
-                command.env_remove(name);
-            }
-        }
+        let mut command = serve(dir.path(), args);
         if let Some((name, value)) = env {
             command.env(name, value);
         }
-        let mut child = command.spawn().expect("start countersign serve");
-        // A server that started would announce its address; a refused start
-        // ends with nothing on stdout.
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        if !first.is_empty() {
-            let _ = child.kill();
-        }
-        let output = child.wait_with_output().unwrap();
-        assert_eq!(first, "", "the server started");
-        let stderr = text(&output.stderr);
-        assert!(!output.status.success(), "{stderr}");
+        let stderr = refused_start(command);
         for name in named {
             assert!(stderr.contains(name), "{name}: {stderr}");
         }
@@ -263,4 +277,24 @@ fn a_zero_checkpoint_interval_stops_the_start_naming_the_key_and_the_flag() {
             "refused before anything is created"
         );
     }
+}
+
+#[test]
+fn serve_refuses_a_model_endpoint_whose_key_it_cannot_read_naming_the_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("countersign.toml");
+    std::fs::write(
+        &file,
+        "[[model.endpoints]]\nname = \"local\"\nbase_url = \"http://127.0.0.1:8081\"\n\
+         model = \"qwen2.5-7b-instruct\"\napi_key_env = \"CS_TEST_MODEL_KEY_NEVER_SET\"\n",
+    )
+    .unwrap();
+    let mut command = serve(dir.path(), &["--config", file.to_str().unwrap()]);
+    command.env_remove("CS_TEST_MODEL_KEY_NEVER_SET");
+    let stderr = refused_start(command);
+    assert!(
+        stderr.contains("model endpoint `local`")
+            && stderr.contains("CS_TEST_MODEL_KEY_NEVER_SET is not set"),
+        "{stderr}"
+    );
 }

@@ -1,11 +1,11 @@
 //! For the human-countersignature tests: the application on either backend
 //! (SQLite with the embedded queue; PostgreSQL with the Redis queue) with one
-//! reviewer, keys with the people behind them, routes, votes, and waiting for
-//! a proposal to reach a state.
+//! reviewer (and, where a test says, model endpoints), keys with the people
+//! behind them, routes, votes, and waiting for a proposal to reach a state.
 
 use std::time::Duration;
 
-use countersign::client::BearerAuth;
+use countersign::{client::BearerAuth, config::ModelSection};
 use countersign_domain::{Role, TargetStatus};
 use countersign_proto::v1::{
     self, EventKind, ListEscalationsRequest, ProposalState, PutRouteRequest, ResolveRequest,
@@ -15,7 +15,7 @@ use countersign_proto::v1::{
 use countersign_reviewer::ReviewerConfig;
 use countersign_store::NewApiKey;
 use countersign_test_support::{
-    app::{Options, TestApp, test_config, test_reviewers},
+    app::{TestApp, test_config, test_reviewers},
     fixtures::{production, wire_spec_on},
     postgres::TestDatabase,
     redis,
@@ -71,6 +71,7 @@ pub struct Env {
     pub app: TestApp,
     backend: Backend,
     reviewers: ReviewerConfig,
+    models: ModelSection,
     db: Option<TestDatabase>,
     prefix: String,
 }
@@ -83,16 +84,24 @@ impl Backend {
 
     /// The API and the reviewers `reviewers` configures.
     pub async fn start_with(self, reviewers: ReviewerConfig) -> Env {
+        self.start_with_models(reviewers, ModelSection::default())
+            .await
+    }
+
+    /// The API and the reviewers `reviewers` configures, the server
+    /// configuring the model endpoints `models` (`[[model.endpoints]]`).
+    pub async fn start_with_models(self, reviewers: ReviewerConfig, models: ModelSection) -> Env {
         let db = match self {
             Backend::Sqlite => None,
             Backend::Postgres => Some(TestDatabase::migrated().await),
         };
         let prefix = redis::prefix();
-        let app = launch(self, db.as_ref(), &prefix, &reviewers, None).await;
+        let app = launch(self, db.as_ref(), &prefix, &reviewers, &models, None).await;
         Env {
             app,
             backend: self,
             reviewers,
+            models,
             db,
             prefix,
         }
@@ -107,15 +116,25 @@ impl Env {
             app,
             backend,
             reviewers,
+            models,
             db,
             prefix,
         } = self;
         let dir = app.stop().await;
-        let app = launch(backend, db.as_ref(), &prefix, &reviewers, Some(dir)).await;
+        let app = launch(
+            backend,
+            db.as_ref(),
+            &prefix,
+            &reviewers,
+            &models,
+            Some(dir),
+        )
+        .await;
         Env {
             app,
             backend,
             reviewers,
+            models,
             db,
             prefix,
         }
@@ -126,35 +145,28 @@ impl Env {
     }
 }
 
-/// The application on `backend` with `reviewers`, in `dir` (a restart) or a
-/// new directory.
+/// The application on `backend` with `reviewers` and the model endpoints
+/// `models`, in `dir` (a restart) or a new directory.
 async fn launch(
     backend: Backend,
     db: Option<&TestDatabase>,
     prefix: &str,
     reviewers: &ReviewerConfig,
+    models: &ModelSection,
     dir: Option<tempfile::TempDir>,
 ) -> TestApp {
     let dir = dir.unwrap_or_else(|| tempfile::tempdir().expect("temp dir"));
-    match db {
-        None => {
-            let options = Options {
-                reviewers: Some(reviewers.clone()),
-                dir: Some(dir),
-            };
-            TestApp::start(options, |_| {}).await
-        }
-        Some(db) => {
-            assert_eq!(backend, Backend::Postgres);
-            let mut config = test_config(dir.path());
-            config.database.url = Some(db.app_url.clone());
-            config.database.pool = 4;
-            config.redis.url = Some(redis::url());
-            config.redis.prefix = prefix.to_owned();
-            config.outbox.poll = Duration::from_millis(20);
-            TestApp::from_config(config, dir, Some(reviewers.clone()), |_| {}).await
-        }
+    let mut config = test_config(dir.path());
+    config.model = models.clone();
+    if let Some(db) = db {
+        assert_eq!(backend, Backend::Postgres);
+        config.database.url = Some(db.app_url.clone());
+        config.database.pool = 4;
+        config.redis.url = Some(redis::url());
+        config.redis.prefix = prefix.to_owned();
+        config.outbox.poll = Duration::from_millis(20);
     }
+    TestApp::from_config(config, dir, Some(reviewers.clone()), |_| {}).await
 }
 
 pub type Escalations = EscalationServiceClient<InterceptedService<Channel, BearerAuth>>;

@@ -15,6 +15,7 @@ mod helpers;
 mod idempotency;
 mod isolation;
 mod metrics;
+mod model_profile;
 mod policy;
 mod production;
 mod production_support;

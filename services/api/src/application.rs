@@ -63,6 +63,9 @@ pub struct ApiConfig {
     pub signing_key: Option<SigningKey>,
     /// How often every grown log gets a signed checkpoint.
     pub checkpoint_every: Duration,
+    /// The names of the model endpoints the server configures: the only
+    /// endpoints a tenant's model profile may name.
+    pub model_endpoints: Vec<String>,
 }
 
 impl Default for ApiConfig {
@@ -77,6 +80,7 @@ impl Default for ApiConfig {
             suppression: SuppressionConfig::default(),
             signing_key: None,
             checkpoint_every: Duration::from_secs(600),
+            model_endpoints: Vec::new(),
         }
     }
 }
@@ -226,8 +230,13 @@ impl Application {
         let targets =
             TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let policy = PolicyServiceServer::new(PolicyApi::new(self.store.clone(), suppression))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let policy = PolicyServiceServer::new(PolicyApi::new(
+            self.store.clone(),
+            self.store.clone(),
+            suppression,
+            self.config.model_endpoints.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let escalations =
             EscalationServiceServer::new(EscalationApi::new(self.store.clone(), views))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES);

@@ -51,7 +51,7 @@ fn describe(permission: Permission) -> &'static str {
         Permission::WriteReference => "change SOPs or targets",
         Permission::Watch => "watch the review stream",
         Permission::Audit => "read the decision log (auditor or admin)",
-        Permission::ManagePolicy => "manage the tenant's routes (admin)",
+        Permission::ManagePolicy => "manage the tenant's routes and model profiles (admin)",
     }
 }
 

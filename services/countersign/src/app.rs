@@ -1,8 +1,8 @@
 //! The composition root: the running application built from a [`Config`] —
-//! the backends (store, queue, peers), the first start's bootstrap, the
-//! checkpoint signing key, the API (or, for the worker role, health alone)
-//! and the background (reviewers, janitor, sequencer; on PostgreSQL the
-//! outbox). `serve` runs it; the end-to-end tests' `TestApp` builds it the
+//! the model endpoints, the backends (store, queue, peers), the first
+//! start's bootstrap, the checkpoint signing key, the API (or, for the worker
+//! role, health alone) and the background (reviewers, janitor, sequencer; on
+//! PostgreSQL the outbox). `serve` runs it; the end-to-end tests' `TestApp` builds it the
 //! same way, on port 0.
 //!
 //! What only a process does stays in `serve`: the signal handlers, the
@@ -15,6 +15,7 @@ use countersign_api::{
     ApiConfig, Application, HealthOnly, RateLimit, Timeouts, fanout::WatchConfig,
     suppression::SuppressionConfig,
 };
+use countersign_model::Models;
 use countersign_queue::DynQueue;
 use countersign_reviewer::ReviewerConfig;
 use countersign_store::DynStore;
@@ -32,8 +33,8 @@ use crate::{
 /// reviewers' settings derived from it. The derived settings are the seam for
 /// what no config key reaches (a reviewer's evaluator, its retry delays, the
 /// suppression's flush): a caller changes them here, and the application is
-/// still built the one way. The API's signing key is always the one
-/// [`App::build`] loads.
+/// still built the one way. The API's signing key and model endpoint names
+/// are always the ones [`App::build`] loads.
 pub struct Settings {
     pub config: Config,
     pub api: ApiConfig,
@@ -95,6 +96,7 @@ fn api_config(config: &Config) -> ApiConfig {
         },
         signing_key: None,
         checkpoint_every: config.audit.checkpoint_every,
+        model_endpoints: Vec::new(),
     }
 }
 
@@ -116,17 +118,21 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the backends (migrating an SQLite database; on PostgreSQL,
-    /// checking its schema), bootstraps a first start (the default tenant and
-    /// its admin key, written to the key directory), loads the signing key,
-    /// starts the background on children of `shutdown` and binds the
-    /// listener.
+    /// Builds the model endpoints (every one checked and its key read, in
+    /// every role: a configuration one process refuses, all refuse), opens
+    /// the backends (migrating an SQLite database; on PostgreSQL, checking its
+    /// schema), bootstraps a first start (the default tenant and its admin
+    /// key, written to the key directory), loads the signing key, starts the
+    /// background on children of `shutdown` and binds the listener.
     pub async fn build(settings: Settings, shutdown: &CancellationToken) -> anyhow::Result<App> {
         let Settings {
             config,
             mut api,
             reviewers,
         } = settings;
+        // Built once: the API checks tenants' profiles against its names.
+        let models = Models::new(config.model.endpoints()?)?;
+        api.model_endpoints = models.names().into_iter().map(str::to_owned).collect();
         let backends = Backends::open(&config).await?;
         let store = backends.store();
         let peers = backends.peers();

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use countersign_proto::v1::Verdict;
+use countersign_proto::v1::{self, Verdict};
 
 use crate::{
     admin::AdminCommand,
@@ -126,7 +126,15 @@ pub enum ClientCommandWithArgs {
         #[command(flatten)]
         conn: ClientArgs,
         #[command(subcommand)]
-        command: crate::route::RouteCommand,
+        command: crate::policy::PolicyCommand,
+    },
+    /// Model profiles, which of the server's model endpoints reviews which
+    /// proposals: put, list, delete (admin).
+    ModelProfile {
+        #[command(flatten)]
+        conn: ClientArgs,
+        #[command(subcommand)]
+        command: crate::policy::PolicyCommand,
     },
     /// What waits for people: the tenant's open escalations, oldest first,
     /// with how long each has left.
@@ -245,7 +253,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     return crate::reference::run_target(&conn, command).await;
                 }
                 ClientCommandWithArgs::Route { conn, command } => {
-                    return crate::route::run(&conn, command).await;
+                    return crate::policy::run::<v1::Route>(&conn, command).await;
+                }
+                ClientCommandWithArgs::ModelProfile { conn, command } => {
+                    return crate::policy::run::<v1::ModelProfile>(&conn, command).await;
                 }
                 ClientCommandWithArgs::Inbox { conn } => {
                     return crate::inbox::run_inbox(&conn).await;

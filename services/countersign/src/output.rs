@@ -128,6 +128,9 @@ pub fn proposal_text(p: &Proposal) -> String {
             }
             out.push('\n');
         }
+        if let Some(m) = &d.model {
+            out.push_str(&format!("model         {}\n", model_text(m)));
+        }
         if !d.summary.is_empty() {
             out.push('\n');
             out.push_str(&d.summary);
@@ -137,6 +140,23 @@ pub fn proposal_text(p: &Proposal) -> String {
         }
     }
     out
+}
+
+/// A decision's model review for people: `reject by qwen2.5-7b-instruct on
+/// local (profile db-changes), 840 ms, 812 prompt tokens (768 cached), 9
+/// completion`.
+fn model_text(m: &v1::ModelReview) -> String {
+    format!(
+        "{} by {} on {} (profile {}), {} ms, {} prompt tokens ({} cached), {} completion",
+        m.verdict,
+        if m.model.is_empty() { "-" } else { &m.model },
+        m.endpoint,
+        m.profile_id,
+        m.latency_ms,
+        m.prompt_tokens,
+        m.cached_prompt_tokens,
+        m.completion_tokens
+    )
 }
 
 /// A proposal for scripts: the contract's field names, enums by short name.
@@ -170,6 +190,12 @@ pub fn proposal_json(p: &Proposal) -> serde_json::Value {
             "review_latency_ms": d.review_latency_ms,
             "route_id": d.route_id,
             "votes": d.votes.iter().map(crate::inbox::vote_json).collect::<Vec<_>>(),
+            "model": d.model.as_ref().map(|m| json!({
+                "profile_id": m.profile_id, "endpoint": m.endpoint, "model": m.model,
+                "verdict": m.verdict, "latency_ms": m.latency_ms,
+                "prompt_tokens": m.prompt_tokens, "completion_tokens": m.completion_tokens,
+                "cached_prompt_tokens": m.cached_prompt_tokens,
+            })),
             "receipt": d.receipt.as_ref().map(crate::receipt::json),
         })
     });
@@ -276,6 +302,43 @@ mod tests {
                 && text.ends_with(",\"\"\n"),
             "every field quoted: {text}"
         );
+    }
+
+    #[test]
+    fn a_decisions_model_review_is_shown_to_people_and_absent_without_one() {
+        let review = v1::ModelReview {
+            profile_id: "db-changes".into(),
+            endpoint: "local".into(),
+            model: "qwen2.5-7b-instruct".into(),
+            verdict: "timeout".into(),
+            latency_ms: 60_000,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            cached_prompt_tokens: 0,
+        };
+        let mut proposal = Proposal {
+            id: "p1".into(),
+            state: v1::ProposalState::Rejected as i32,
+            decision: Some(v1::Decision {
+                model: Some(review),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = proposal_text(&proposal);
+        assert!(
+            text.contains(
+                "model         timeout by qwen2.5-7b-instruct on local (profile db-changes), \
+                 60000 ms"
+            ),
+            "{text}"
+        );
+        let json = proposal_json(&proposal);
+        assert_eq!(json["decision"]["model"]["verdict"], "timeout");
+        assert_eq!(json["decision"]["model"]["profile_id"], "db-changes");
+        proposal.decision.as_mut().unwrap().model = None;
+        assert!(!proposal_text(&proposal).contains("model"));
+        assert!(proposal_json(&proposal)["decision"]["model"].is_null());
     }
 
     #[test]

@@ -1,36 +1,19 @@
 //! `countersign route …`: the tenant's escalation routes (admins).
 
-use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::Subcommand;
-use countersign_proto::v1::{
-    self, DeleteRouteRequest, ListRoutesRequest, PutRouteRequest,
-    policy_service_client::PolicyServiceClient,
-};
+use countersign_proto::v1::{self, DeleteRouteRequest, ListRoutesRequest, PutRouteRequest};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::{client::ClientArgs, output::enum_short};
-
-#[derive(Debug, Subcommand)]
-pub enum RouteCommand {
-    /// Create or replace a route from a YAML file (README.md, Routes).
-    Put {
-        #[arg(long, short = 'f')]
-        file: PathBuf,
-    },
-    /// The tenant's routes, by id.
-    List,
-    /// Remove a route; proposals it already escalated keep its terms.
-    Delete { id: String },
-}
+use crate::policy::{Document, MatchFile, Policy, match_json, match_text, or_any};
 
 /// The file form of a route: the contract's field names, enums by short
 /// name, `expires_after` as a duration (`30m`, `1h`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RouteFile {
+pub struct RouteFile {
     id: String,
     #[serde(default, rename = "match")]
     matcher: MatchFile,
@@ -41,15 +24,6 @@ struct RouteFile {
     expires_after: Option<String>,
     #[serde(default)]
     escalate_on: Vec<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct MatchFile {
-    actions: Vec<String>,
-    classes: Vec<String>,
-    blast_radii: Vec<String>,
-    target_selector: BTreeMap<String, String>,
 }
 
 impl RouteFile {
@@ -65,22 +39,7 @@ impl RouteFile {
             .transpose()?;
         Ok(v1::Route {
             id: self.id.clone(),
-            r#match: Some(v1::RouteMatch {
-                actions: self.matcher.actions.clone(),
-                classes: self
-                    .matcher
-                    .classes
-                    .iter()
-                    .map(|c| crate::spec_input::class_value(c))
-                    .collect::<anyhow::Result<_>>()?,
-                blast_radii: self
-                    .matcher
-                    .blast_radii
-                    .iter()
-                    .map(|r| crate::spec_input::blast_radius_value(r))
-                    .collect::<anyhow::Result<_>>()?,
-                target_selector: self.matcher.target_selector.clone().into_iter().collect(),
-            }),
+            r#match: Some(self.matcher.to_wire()?),
             approvals_required: self.approvals_required,
             approver_roles: self.approver_roles.clone(),
             expires_after,
@@ -105,40 +64,10 @@ pub fn duration_text(d: Option<&prost_types::Duration>) -> String {
     humantime::format_duration(Duration::new(secs, d.nanos.max(0) as u32)).to_string()
 }
 
-fn classes(m: &v1::RouteMatch) -> Vec<String> {
-    m.classes
-        .iter()
-        .map(|c| {
-            enum_short(
-                v1::OperationClass::try_from(*c).map(|c| c.as_str_name()),
-                "OPERATION_CLASS_",
-            )
-        })
-        .collect()
-}
-
-fn blast_radii(m: &v1::RouteMatch) -> Vec<String> {
-    m.blast_radii
-        .iter()
-        .map(|r| {
-            enum_short(
-                v1::BlastRadius::try_from(*r).map(|r| r.as_str_name()),
-                "BLAST_RADIUS_",
-            )
-        })
-        .collect()
-}
-
 fn route_json(r: &v1::Route) -> serde_json::Value {
-    let m = r.r#match.clone().unwrap_or_default();
     json!({
         "id": r.id,
-        "match": {
-            "actions": m.actions,
-            "classes": classes(&m),
-            "blast_radii": blast_radii(&m),
-            "target_selector": m.target_selector,
-        },
+        "match": match_json(r.r#match.as_ref()),
         "approvals_required": r.approvals_required,
         "approver_roles": r.approver_roles,
         "expires_after": duration_text(r.expires_after.as_ref()),
@@ -146,84 +75,57 @@ fn route_json(r: &v1::Route) -> serde_json::Value {
     })
 }
 
-/// `prod-db  2 approvals by oncall,admin within 30m  escalate_on sop  match …`.
+/// `prod-db  2 of oncall,admin within 30m  escalate_on sop  match …`.
 fn route_line(r: &v1::Route) -> String {
-    let m = r.r#match.clone().unwrap_or_default();
-    let or_any = |items: Vec<String>| {
-        if items.is_empty() {
-            "*".to_owned()
-        } else {
-            items.join(",")
-        }
-    };
-    let mut selector: Vec<String> = m
-        .target_selector
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    selector.sort();
     let escalate_on = if r.escalate_on.is_empty() {
         "-".to_owned()
     } else {
         r.escalate_on.join(",")
     };
     format!(
-        "{:<20} {} of {} within {:<8} escalate_on {:<24} match actions={} classes={} blast_radii={} target={}",
+        "{:<20} {} of {} within {:<8} escalate_on {:<24} {}",
         r.id,
         r.approvals_required,
         or_any(r.approver_roles.clone()),
         duration_text(r.expires_after.as_ref()),
         escalate_on,
-        or_any(m.actions.clone()),
-        or_any(classes(&m)),
-        or_any(blast_radii(&m)),
-        or_any(selector),
+        match_text(r.r#match.as_ref()),
     )
 }
 
-pub async fn run(conn: &ClientArgs, command: RouteCommand) -> anyhow::Result<()> {
-    let (channel, auth) = conn.channel().await?;
-    let mut client = PolicyServiceClient::with_interceptor(channel, auth);
-    let routes = match command {
-        RouteCommand::Put { file } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let route: RouteFile = serde_yaml_ng::from_str(&text)
-                .with_context(|| format!("parsing {}", file.display()))?;
-            let route = route
-                .to_wire()
-                .with_context(|| format!("in {}", file.display()))?;
-            vec![
-                client
-                    .put_route(PutRouteRequest { route: Some(route) })
-                    .await?
-                    .into_inner(),
-            ]
-        }
-        RouteCommand::List => {
-            client
-                .list_routes(ListRoutesRequest {})
-                .await?
-                .into_inner()
-                .routes
-        }
-        RouteCommand::Delete { id } => {
-            vec![
-                client
-                    .delete_route(DeleteRouteRequest { id })
-                    .await?
-                    .into_inner(),
-            ]
-        }
-    };
-    for route in &routes {
-        if conn.json {
-            println!("{}", route_json(route));
-        } else {
-            println!("{}", route_line(route));
-        }
+#[tonic::async_trait]
+impl Document for v1::Route {
+    type File = RouteFile;
+
+    fn from_file(file: RouteFile) -> anyhow::Result<v1::Route> {
+        file.to_wire()
     }
-    Ok(())
+
+    async fn put(client: &mut Policy, route: v1::Route) -> Result<v1::Route, tonic::Status> {
+        let request = PutRouteRequest { route: Some(route) };
+        Ok(client.put_route(request).await?.into_inner())
+    }
+
+    async fn list(client: &mut Policy) -> Result<Vec<v1::Route>, tonic::Status> {
+        Ok(client
+            .list_routes(ListRoutesRequest {})
+            .await?
+            .into_inner()
+            .routes)
+    }
+
+    async fn delete(client: &mut Policy, id: String) -> Result<v1::Route, tonic::Status> {
+        let request = DeleteRouteRequest { id };
+        Ok(client.delete_route(request).await?.into_inner())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        route_json(self)
+    }
+
+    fn line(&self) -> String {
+        route_line(self)
+    }
 }
 
 #[cfg(test)]

@@ -178,6 +178,8 @@ impl AuditRecord {
             review_latency_ms: self.review_latency_ms,
             route_id: self.route_id.clone(),
             votes: self.votes.clone(),
+            // Not part of the record.
+            model: None,
         }
     }
 

@@ -260,6 +260,7 @@ mod tests {
             review_latency_ms: 0,
             route_id: None,
             votes: Vec::new(),
+            model: None,
         }
     }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Millis, ProposalState, escalation::Vote};
+use crate::{Millis, ProposalState, escalation::Vote, model::ModelReview};
 
 crate::named_enum! {
     pub enum DecisionOutcome as "decision outcome" {
@@ -54,6 +54,10 @@ pub struct Decision {
     /// The people's votes, in the order they were cast.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub votes: Vec<Vote>,
+    /// The model's review, where a tenant's profile asked for one (none: no
+    /// model reviewed it). Kept beside the decision, not in its audit record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReview>,
 }
 
 /// What an agent credential is told of any refusal: fixed and non-diagnostic.
@@ -62,7 +66,7 @@ pub const AGENT_REFUSAL: &str =
 
 impl Decision {
     /// The view an agent credential gets: no reason, no gate details, no
-    /// missing-gate names, no votes (nor their comments).
+    /// missing-gate names, no votes (nor their comments), no model review.
     pub fn for_agent(&self) -> Decision {
         Decision {
             reason: String::new(),
@@ -70,7 +74,41 @@ impl Decision {
             missing_gates: Vec::new(),
             summary: String::new(),
             votes: Vec::new(),
+            model: None,
             ..self.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        model::{ModelReview, TokenUsage},
+        review::{ReviewStamp, failed},
+    };
+
+    #[test]
+    fn an_agent_sees_no_model_review() {
+        let stamp = ReviewStamp {
+            reviewer: "w".into(),
+            decided_at: 1,
+            latency_ms: 0,
+        };
+        let mut reviewed = failed("the SOP covers restarts, not failovers", stamp);
+        reviewed.model = Some(ModelReview {
+            profile_id: "db-changes".into(),
+            endpoint: "local".into(),
+            model: "qwen2.5-7b-instruct".into(),
+            verdict: "reject".into(),
+            latency_ms: 840,
+            usage: TokenUsage::default(),
+        });
+        let agent = reviewed.for_agent();
+        assert_eq!(agent.model, None);
+        let json = serde_json::to_string(&agent).unwrap();
+        for hidden in ["db-changes", "local", "qwen", "failovers"] {
+            assert!(!json.contains(hidden), "{hidden}: {json}");
+        }
+        assert_eq!(agent.agent_message, reviewed.agent_message);
     }
 }

@@ -119,6 +119,9 @@ pub struct ReviewFacts {
     /// The tenant's routes (`crate::escalation`): not read by any gate, only
     /// by the step after them, which may send the proposal to people.
     pub routes: Vec<crate::escalation::Route>,
+    /// The tenant's model profiles (`crate::model`), read with its routes in
+    /// the same snapshot: not read by any gate, only by the model stage.
+    pub model_profiles: Vec<crate::model::ModelProfile>,
 }
 
 /// The gates' results and what the review cites.

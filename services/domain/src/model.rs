@@ -11,11 +11,13 @@
 //! - [`reply`]: the model's text, parsed strictly: any defect is `unsure`.
 //! - [`stage`]: what the model's answer (or its failure) does to the decision.
 //! - [`budget`]: a tenant's calls per minute.
+//! - [`record`]: what a decision records of its model review.
 
 pub mod budget;
 pub mod completion;
 pub mod profile;
 pub mod prompt;
+pub mod record;
 pub mod reply;
 pub mod stage;
 
@@ -23,5 +25,6 @@ pub use budget::CallBudget;
 pub use completion::{Completion, TokenUsage, parse_completion};
 pub use profile::{ModelProfile, ModelProfileInput, OnUnsure, profile_for, validate_profile};
 pub use prompt::{Prompt, ProposalFacts, prompt};
+pub use record::ModelReview;
 pub use reply::{ModelVerdict, Reply, parse_reply};
 pub use stage::{Before, Failure, ModelOutcome, ModelStep, Then, after_model};

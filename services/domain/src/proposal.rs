@@ -199,6 +199,18 @@ pub(crate) mod tests {
                 review_latency_ms: 1,
                 route_id: None,
                 votes: Vec::new(),
+                model: Some(crate::model::ModelReview {
+                    profile_id: "db".into(),
+                    endpoint: "local".into(),
+                    model: "qwen".into(),
+                    verdict: "reject".into(),
+                    latency_ms: 840,
+                    usage: crate::model::TokenUsage {
+                        prompt: 812,
+                        completion: 9,
+                        cached_prompt: 768,
+                    },
+                }),
             }),
             suppressed_retries: 4,
             cancel_reason: None,
@@ -206,7 +218,17 @@ pub(crate) mod tests {
         let json = serde_json::to_string(&rejected).unwrap();
         assert!(json.contains(r#""state":"rejected""#), "{json}");
         assert!(json.contains(r#""outcome":"reject""#), "{json}");
+        assert!(json.contains(r#""model":{"profile_id":"db""#), "{json}");
         let back: Proposal = serde_json::from_str(&json).unwrap();
         assert_eq!(back, rejected);
+        let unreviewed = serde_json::to_string(&Proposal {
+            decision: rejected
+                .decision
+                .clone()
+                .map(|d| Decision { model: None, ..d }),
+            ..rejected
+        })
+        .unwrap();
+        assert!(!unreviewed.contains("model"), "{unreviewed}");
     }
 }

@@ -94,6 +94,7 @@ pub fn decide(verdict: &Verdict, spec: &GateSpec, stamp: ReviewStamp) -> Decisio
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 
@@ -125,6 +126,7 @@ pub fn failed(why: &str, stamp: ReviewStamp) -> Decision {
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 
@@ -156,5 +158,6 @@ pub fn timed_out(deadline_ms: u64, stamp: ReviewStamp) -> Decision {
         review_latency_ms: stamp.latency_ms,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }

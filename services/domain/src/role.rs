@@ -29,7 +29,7 @@ pub enum Permission {
     Watch,
     /// Query, export and verify the decision log; read its checkpoints.
     Audit,
-    /// Put, list and delete the tenant's escalation routes.
+    /// Put, list and delete the tenant's escalation routes and model profiles.
     ManagePolicy,
 }
 

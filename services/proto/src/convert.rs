@@ -12,6 +12,7 @@ use crate::v1;
 pub mod audit;
 pub mod escalation;
 pub mod event;
+pub mod model;
 
 /// Most items one page of a list may hold.
 pub const MAX_PAGE_SIZE: u32 = 1_000;
@@ -221,6 +222,7 @@ pub fn decision_to_proto(decision: &Decision) -> v1::Decision {
             .iter()
             .map(escalation::vote_to_proto)
             .collect(),
+        model: decision.model.as_ref().map(model::review_to_proto),
         receipt: None,
     }
 }

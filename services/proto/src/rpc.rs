@@ -87,7 +87,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ours, 21, "the protos' methods");
+        assert_eq!(ours, 24, "the protos' methods");
         let public = RPCS.iter().filter(|rpc| rpc.is_public()).count();
         assert_eq!(RPCS.len(), ours + public, "nothing in the table but these");
         let mut paths: Vec<_> = RPCS.iter().map(|rpc| rpc.path).collect();
@@ -121,6 +121,9 @@ mod tests {
                 "api.policy.put_route",
                 "api.policy.list_routes",
                 "api.policy.delete_route",
+                "api.policy.put_model_profile",
+                "api.policy.list_model_profiles",
+                "api.policy.delete_model_profile",
                 "api.escalation.list_escalations",
                 "api.escalation.resolve",
             ]

@@ -1,11 +1,12 @@
-//! Routes, escalations and votes: the part both backends share. Each backend
+//! Routes, escalations and votes: the part both backends share (and the
+//! match columns a model profile shares with a route). Each backend
 //! reads, inside the transaction that votes (or expires), the proposal, its
 //! escalation and its votes as they are then ([`Found`]); what to write is
 //! decided here, by the domain's rules (`escalation::resolve`,
 //! `Escalation::conclude`, `commit::final_approval`), and the rows are mapped
 //! here both ways.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, Role, Target,
@@ -19,6 +20,7 @@ use countersign_domain::{
 
 use crate::{
     EscalationRecord, RecordOutcome, Result, ReviewKey, StoreError, Voted, facts,
+    policy::{Param, PolicyDocument},
     recording::Write,
     rows::{Columns, target_from_row},
 };
@@ -56,38 +58,37 @@ fn count(what: &str, n: i64) -> Result<u32> {
     u32::try_from(n).map_err(|_| corrupt(format!("{what}: {n}")))
 }
 
-/// A route's columns as both backends store them.
-pub(crate) struct RouteRow {
-    pub actions_json: String,
-    pub classes_json: String,
-    pub blast_radii_json: String,
-    pub target_selector_json: String,
-    pub approvals_required: i64,
-    pub approver_roles_json: String,
-    pub expires_after_ms: i64,
-    pub escalate_on_json: String,
+/// The match columns of a route or a model profile, as both backends store
+/// them: `actions_json`, `classes_json`, `blast_radii_json`,
+/// `target_selector_json`.
+pub(crate) fn match_params(m: &RouteMatch) -> [Param; 4] {
+    [
+        Param::Text(json!(&m.actions)),
+        Param::Text(names(&m.classes, |c| c.as_str())),
+        Param::Text(names(&m.blast_radii, |r| r.as_str())),
+        Param::Text(json!(&m.target_selector)),
+    ]
 }
 
-impl RouteRow {
-    pub fn of(route: &Route) -> RouteRow {
-        let m = &route.matcher;
-        RouteRow {
-            actions_json: json!(&m.actions),
-            classes_json: names(&m.classes, |c| c.as_str()),
-            blast_radii_json: names(&m.blast_radii, |r| r.as_str()),
-            target_selector_json: json!(&m.target_selector),
-            approvals_required: i64::from(route.approvals_required),
-            approver_roles_json: names(&route.approver_roles, Role::as_str),
-            expires_after_ms: route.expires_after_ms,
-            escalate_on_json: json!(&route.escalate_on),
-        }
-    }
+/// The match columns of a row; `what` names the row and a column in an error.
+pub(crate) fn match_from_row(
+    row: &impl Columns,
+    what: impl Fn(&str) -> String,
+) -> Result<RouteMatch> {
+    Ok(RouteMatch {
+        actions: serde_json::from_str(&row.text("actions_json")?)
+            .map_err(|e| corrupt(format!("{}: {e}", what("actions_json"))))?,
+        classes: parse_names(&what("classes_json"), &row.text("classes_json")?)?,
+        blast_radii: parse_names(&what("blast_radii_json"), &row.text("blast_radii_json")?)?,
+        target_selector: serde_json::from_str(&row.text("target_selector_json")?)
+            .map_err(|e| corrupt(format!("{}: {e}", what("target_selector_json"))))?,
+    })
 }
 
-/// Creates or replaces a route: `$1` its tenant, `$2` its id, `$3` to `$10`
-/// a [`RouteRow`]'s columns in order, `$11` now. One text for both backends:
-/// SQLite numbers `$N` parameters in the order they first appear, which is N.
-pub(crate) const PUT_ROUTE: &str = "
+impl PolicyDocument for Route {
+    const KIND: &'static str = "route";
+    const TABLE: &'static str = "routes";
+    const PUT: &'static str = "
 INSERT INTO routes (tenant, id, actions_json, classes_json, blast_radii_json,
     target_selector_json, approvals_required, approver_roles_json, expires_after_ms,
     escalate_on_json, updated_at)
@@ -102,39 +103,44 @@ ON CONFLICT (tenant, id) DO UPDATE SET
     updated_at = excluded.updated_at
 RETURNING *";
 
-/// A `routes` row.
-pub(crate) fn route_from_row(row: &impl Columns) -> Result<Route> {
-    let id = row.text("id")?;
-    let what = |column: &str| format!("route {id} {column}");
-    let strings = |column: &str| -> Result<Vec<String>> {
-        serde_json::from_str(&row.text(column)?)
-            .map_err(|e| corrupt(format!("{}: {e}", what(column))))
-    };
-    let target_selector: BTreeMap<String, String> =
-        serde_json::from_str(&row.text("target_selector_json")?)
-            .map_err(|e| corrupt(format!("{}: {e}", what("target_selector_json"))))?;
-    Ok(Route {
-        matcher: RouteMatch {
-            actions: strings("actions_json")?,
-            classes: parse_names(&what("classes_json"), &row.text("classes_json")?)?,
-            blast_radii: parse_names(&what("blast_radii_json"), &row.text("blast_radii_json")?)?,
-            target_selector,
-        },
-        approvals_required: count(&what("approvals_required"), row.int("approvals_required")?)?,
-        approver_roles: parse_names(
-            &what("approver_roles_json"),
-            &row.text("approver_roles_json")?,
-        )?,
-        expires_after_ms: row.int("expires_after_ms")?,
-        escalate_on: strings("escalate_on_json")?,
-        id,
-    })
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn params(&self) -> Vec<Param> {
+        let mut params = match_params(&self.matcher).to_vec();
+        params.extend([
+            Param::Int(i64::from(self.approvals_required)),
+            Param::Text(names(&self.approver_roles, Role::as_str)),
+            Param::Int(self.expires_after_ms),
+            Param::Text(json!(&self.escalate_on)),
+        ]);
+        params
+    }
+
+    fn from_row(row: &impl Columns) -> Result<Route> {
+        let id = row.text("id")?;
+        let what = |column: &str| format!("route {id} {column}");
+        Ok(Route {
+            matcher: match_from_row(row, what)?,
+            approvals_required: count(&what("approvals_required"), row.int("approvals_required")?)?,
+            approver_roles: parse_names(
+                &what("approver_roles_json"),
+                &row.text("approver_roles_json")?,
+            )?,
+            expires_after_ms: row.int("expires_after_ms")?,
+            escalate_on: serde_json::from_str(&row.text("escalate_on_json")?)
+                .map_err(|e| corrupt(format!("{}: {e}", what("escalate_on_json"))))?,
+            id,
+        })
+    }
 }
 
 /// An escalation's columns as both backends store them.
 pub(crate) struct EscalationRow {
     pub approver_roles_json: String,
     pub gates_json: String,
+    pub model_json: Option<String>,
 }
 
 impl EscalationRow {
@@ -142,6 +148,7 @@ impl EscalationRow {
         EscalationRow {
             approver_roles_json: names(&e.approver_roles, Role::as_str),
             gates_json: json!(&e.gates),
+            model_json: crate::model::review_json(e.model.as_ref()),
         }
     }
 }
@@ -169,6 +176,7 @@ pub(crate) fn escalation_from_row(row: &impl Columns) -> Result<Escalation> {
         rollback_path: row.opt_text("rollback_path")?,
         reviewer: row.text("reviewer")?,
         review_latency_ms: row.int("review_latency_ms")?.max(0) as u64,
+        model: crate::model::review_from_row(row, || format!("escalation of {id}"))?,
     })
 }
 

@@ -1,16 +1,19 @@
 //! A review batch's facts from one tenant's rows. Both backends read the same
 //! rows per tenant of a batch (its policy, the SOPs of the batch's actions, its
-//! targets, its routes, and the operations that may overlap any of them, each
-//! in one statement) and assemble them here, so a batch costs a handful of
-//! statements whatever its size.
+//! targets, its routes, its model profiles, and the operations that may
+//! overlap any of them, each in one statement) and assemble them here, so a
+//! batch costs a handful of statements whatever its size.
 
 use countersign_domain::{
     BlastRadius, Millis, Proposal, TenantPolicy,
+    escalation::Route,
     gates::{self, OtherOperation, ReviewFacts},
+    model::ModelProfile,
 };
 
 use crate::{
     Result, StoreError, now_ms,
+    policy::PolicyDocument,
     rows::{self, Columns},
 };
 
@@ -88,9 +91,10 @@ impl<'a> Batch<'a> {
 
     /// The facts of the tenant's proposals (`indices`) but their other
     /// operations, from the tenant's SOP rows (of the group's actions),
-    /// target rows and route rows, as of now. A row that does not map fails
-    /// only the reviews that read it (a route: every review of the tenant);
-    /// `None` when no review is left to complete.
+    /// target rows, route rows and model profile rows, as of now. A row that
+    /// does not map fails only the reviews that read it (a route or a
+    /// profile: every review of the tenant); `None` when no review is left
+    /// to complete.
     pub(crate) fn gather<R: Columns>(
         &mut self,
         indices: &[usize],
@@ -98,14 +102,19 @@ impl<'a> Batch<'a> {
         sop_rows: &[R],
         target_rows: &[R],
         route_rows: &[R],
+        profile_rows: &[R],
     ) -> Option<Gathered> {
         let now = now_ms();
-        let routes = match route_rows
+        let documents = route_rows
             .iter()
-            .map(crate::escalation::route_from_row)
+            .map(Route::from_row)
             .collect::<Result<Vec<_>>>()
-        {
-            Ok(routes) => routes,
+            .and_then(|routes| {
+                let profiles = profile_rows.iter().map(ModelProfile::from_row);
+                Ok((routes, profiles.collect::<Result<Vec<_>>>()?))
+            });
+        let (routes, model_profiles) = match documents {
+            Ok(documents) => documents,
             Err(error) => {
                 let what = match error {
                     StoreError::Corrupt(what) => what,
@@ -144,6 +153,7 @@ impl<'a> Batch<'a> {
                         others: Vec::new(),
                         now,
                         routes: routes.clone(),
+                        model_profiles: model_profiles.clone(),
                     },
                 )),
                 (Err(error), _) | (_, Err(error)) => self.out[i] = Some(Err(error)),

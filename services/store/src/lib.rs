@@ -6,6 +6,8 @@ mod error;
 mod escalation;
 mod facts;
 mod group_commit;
+mod model;
+mod policy;
 pub mod postgres;
 mod recording;
 mod rows;
@@ -24,8 +26,8 @@ pub use error::StoreError;
 pub use postgres::PostgresStore;
 pub use sqlite::{EmbeddedQueue, SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use traits::{
-    ApiKeys, AuditLog, Changes, Directory, Escalations, EventLog, Lifecycle, Proposals, Reference,
-    Reviews, Routes, Store, Suppressions, Tenants,
+    ApiKeys, AuditLog, Changes, Directory, Escalations, EventLog, Lifecycle, ModelProfiles,
+    Proposals, Reference, Reviews, Routes, Store, Suppressions, Tenants,
 };
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, EscalationRecord, NewApiKey,

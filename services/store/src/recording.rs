@@ -147,6 +147,7 @@ impl Write<'_> {
             "review_latency_ms": i64::try_from(d.review_latency_ms).unwrap_or(i64::MAX),
             "route_id": d.route_id,
             "votes_json": crate::escalation::votes_json(&d.votes),
+            "model_json": crate::model::review_json(d.model.as_ref()),
         })
     }
 

@@ -253,8 +253,21 @@ pub(crate) fn target_from_row(row: &impl Columns) -> Result<Target> {
     })
 }
 
-/// A `decisions` row (its `sequence` and `digest` come from the audit log).
+/// A `decisions` row (its `sequence` and `digest` come from the audit log),
+/// with its model review.
 pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
+    let model = crate::model::review_from_row(row, || {
+        format!("decision {}", row.text("proposal_id").unwrap_or_default())
+    })?;
+    Ok(Decision {
+        model,
+        ..recorded_from_row(row)?
+    })
+}
+
+/// What a `decisions` row holds of the audit record: everything but the
+/// model review, which is not part of it (and is not read).
+fn recorded_from_row(row: &impl Columns) -> Result<Decision> {
     let id = row.text("proposal_id")?;
     let outcome = row.text("outcome")?;
     Ok(Decision {
@@ -283,6 +296,7 @@ pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
             .transpose()
             .map_err(|e| corrupt(format!("decision {id} votes: {e}")))?
             .unwrap_or_default(),
+        model: None,
     })
 }
 
@@ -301,7 +315,7 @@ pub(crate) fn record_from_row(row: &impl Columns) -> Result<AuditRecord> {
             .map_err(|e| corrupt(format!("proposal {proposal_id}: {e}")))?,
         proposal_id,
     };
-    Ok(AuditRecord::new(proposed, decision_from_row(row)?))
+    Ok(AuditRecord::new(proposed, recorded_from_row(row)?))
 }
 
 /// An `audit_log` row: sequence, digest and the record.

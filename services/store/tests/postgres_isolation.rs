@@ -26,6 +26,7 @@ const TENANT_TABLES: &[(&str, &str)] = &[
     ("routes", "tenant"),
     ("escalations", "tenant"),
     ("votes", "tenant"),
+    ("model_profiles", "tenant"),
 ];
 
 /// Tables the service role may not delete from at all (see below).
@@ -39,7 +40,7 @@ const APPEND_ONLY: &[&str] = &[
 
 /// A tenant with a row in every table (a decided proposal, a late result, an
 /// SOP, a target, a key, a breaker reset, a route, an escalated proposal
-/// with a vote).
+/// with a vote, a model profile).
 async fn populate(store: &DynStore, tenant: &str) -> String {
     store.create_tenant(tenant).await.unwrap();
     store
@@ -77,6 +78,16 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
         .await
         .unwrap();
     store.reset_breaker(tenant, "user_42").await.unwrap();
+    let profile = countersign_domain::model::validate_profile(
+        countersign_domain::model::ModelProfileInput {
+            id: "all".into(),
+            endpoint: "local".into(),
+            ..Default::default()
+        },
+        &["local"],
+    )
+    .unwrap();
+    store.put_model_profile(tenant, &profile).await.unwrap();
     let p = store
         .insert_proposal(NewProposal {
             tenant: tenant.into(),

@@ -1813,6 +1813,10 @@ pub async fn a_proposals_trace_parent_comes_back_when_its_review_begins(store: D
 mod escalation;
 use escalation::*;
 
+#[path = "suite/model.rs"]
+mod model;
+use model::*;
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -1895,6 +1899,10 @@ macro_rules! every_store_test {
             an_escalated_proposal_blocks_overlapping_operations,
             review_facts_carry_the_tenants_routes,
             a_decided_escalation_is_chained_with_its_votes,
+            model_profiles_are_put_listed_replaced_and_deleted_per_tenant,
+            review_facts_carry_the_tenants_model_profiles_beside_its_routes,
+            a_decisions_model_review_is_kept_beside_it_and_out_of_its_record,
+            an_escalations_model_review_reaches_the_decision_people_make,
         );
     };
 }

@@ -11,6 +11,7 @@ use crate::{
     Millis,
     decision::{AGENT_REFUSAL, Decision, DecisionOutcome, GateResult},
     gates::{GATES, HUMAN, ReviewFacts, Verdict},
+    model::ModelReview,
     review::{ReviewStamp, summary},
     role::Role,
 };
@@ -85,6 +86,9 @@ pub struct Escalation {
     pub rollback_path: Option<String>,
     pub reviewer: String,
     pub review_latency_ms: u64,
+    /// The model's review of the proposal before it went to people (none:
+    /// no model reviewed it); the decision that ends the escalation keeps it.
+    pub model: Option<ModelReview>,
 }
 
 /// How an escalation ends.
@@ -96,7 +100,8 @@ enum Ending<'v> {
 
 impl Escalation {
     /// The escalation of a reviewed proposal under `route`, opened when the
-    /// review finished.
+    /// review finished; the model stage sets `model` where a model reviewed
+    /// the proposal.
     pub fn open(route: &Route, verdict: &Verdict, stamp: &ReviewStamp) -> Escalation {
         Escalation {
             route_id: route.id.clone(),
@@ -110,6 +115,7 @@ impl Escalation {
             rollback_path: verdict.rollback_path.clone(),
             reviewer: stamp.reviewer.clone(),
             review_latency_ms: stamp.latency_ms,
+            model: None,
         }
     }
 
@@ -244,6 +250,7 @@ impl Escalation {
             review_latency_ms: self.review_latency_ms,
             route_id: Some(self.route_id.clone()),
             votes: votes.to_vec(),
+            model: self.model.clone(),
         }
     }
 }

@@ -287,6 +287,7 @@ fn facts() -> ReviewFacts {
         others: Vec::new(),
         now: NOW,
         routes: Vec::new(),
+        model_profiles: Vec::new(),
     }
 }
 

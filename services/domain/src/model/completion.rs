@@ -3,10 +3,10 @@
 //! token counts where the endpoint reports them. Anything else is not a chat
 //! completion (`malformed` in the `model` gate's detail).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Tokens the call used, as the endpoint reports them (0 where it does not).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
     pub prompt: u64,
     pub completion: u64,

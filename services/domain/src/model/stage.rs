@@ -51,6 +51,17 @@ pub enum ModelOutcome {
     Failed(Failure),
 }
 
+impl ModelOutcome {
+    /// What a decision records of it: the verdict (`approve`, `reject` or
+    /// `unsure`; a reply that is not a verdict is `unsure`), or the failure.
+    pub fn verdict(&self) -> &'static str {
+        match self {
+            ModelOutcome::Replied(reply) => reply.verdict.as_str(),
+            ModelOutcome::Failed(failure) => failure.as_str(),
+        }
+    }
+}
+
 /// Where the proposal goes after the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {

@@ -41,6 +41,7 @@ fn rejection(missing: &[&str]) -> Decision {
         review_latency_ms: 0,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 

@@ -29,10 +29,11 @@ pub fn subject(proposal: &Proposal) -> Subject<'_> {
 }
 
 /// The decision of a proposal people are deciding, as `viewer` may see it:
-/// the five gates as the review left them, the route, the votes so far and
-/// what it waits for; no outcome and no decision time. Agent credentials get
-/// the terse view of any decision (`Decision::for_agent`): "awaiting human
-/// approval" and no reason, gates or votes.
+/// the gates as the review left them, the model's review if one reviewed it,
+/// the route, the votes so far and what it waits for; no outcome and no
+/// decision time. Agent credentials get the terse view of any decision
+/// (`Decision::for_agent`): "awaiting human approval" and no reason, gates,
+/// votes or model review.
 pub fn waiting_decision(
     proposal: &Proposal,
     escalation: &Escalation,
@@ -63,6 +64,7 @@ pub fn waiting_decision(
         review_latency_ms: escalation.review_latency_ms,
         route_id: Some(escalation.route_id.clone()),
         votes: votes.to_vec(),
+        model: escalation.model.clone(),
     };
     let shown = if agent_viewer {
         decision.for_agent()
@@ -153,14 +155,61 @@ pub fn vote_to_proto(vote: &Vote) -> v1::Vote {
     }
 }
 
-fn class_from_proto(value: i32) -> Result<OperationClass, FieldError> {
-    const FIELD: &str = "route.match.classes";
+fn class_from_proto(field: &str, value: i32) -> Result<OperationClass, FieldError> {
     match v1::OperationClass::try_from(value) {
         Ok(v1::OperationClass::Read) => Ok(OperationClass::Read),
         Ok(v1::OperationClass::Write) => Ok(OperationClass::Write),
         Ok(v1::OperationClass::Destructive) => Ok(OperationClass::Destructive),
-        Ok(v1::OperationClass::Unspecified) => Err(FieldError::new(FIELD, "must be set")),
-        Err(_) => Err(FieldError::new(FIELD, "unknown value")),
+        Ok(v1::OperationClass::Unspecified) => Err(FieldError::new(field, "must be set")),
+        Err(_) => Err(FieldError::new(field, "unknown value")),
+    }
+}
+
+/// The match of a route or a model profile (`owner`, named in the field of
+/// an error) from the wire, its enums read; the domain checks the rest.
+pub fn match_from_proto(
+    owner: &str,
+    matcher: Option<v1::RouteMatch>,
+) -> Result<RouteMatch, FieldError> {
+    let matcher = matcher.unwrap_or_default();
+    let classes_field = format!("{owner}.match.classes");
+    let classes = matcher
+        .classes
+        .into_iter()
+        .map(|c| class_from_proto(&classes_field, c))
+        .collect::<Result<_, _>>()?;
+    let radii_field = format!("{owner}.match.blast_radii");
+    let blast_radii = matcher
+        .blast_radii
+        .into_iter()
+        .map(|r| blast_radius_from_proto(&radii_field, r))
+        .collect::<Result<_, _>>()?;
+    Ok(RouteMatch {
+        actions: matcher.actions,
+        classes,
+        blast_radii,
+        target_selector: matcher.target_selector.into_iter().collect(),
+    })
+}
+
+pub fn match_to_proto(m: &RouteMatch) -> v1::RouteMatch {
+    v1::RouteMatch {
+        actions: m.actions.clone(),
+        classes: m
+            .classes
+            .iter()
+            .map(|c| class_to_proto(*c) as i32)
+            .collect(),
+        blast_radii: m
+            .blast_radii
+            .iter()
+            .map(|r| blast_radius_to_proto(*r) as i32)
+            .collect(),
+        target_selector: m
+            .target_selector
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
@@ -182,17 +231,7 @@ fn duration(ms: Millis) -> Duration {
 /// A wire route, checked and with its defaults applied, or the first field
 /// that breaks a rule.
 pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
-    let matcher = route.r#match.unwrap_or_default();
-    let classes = matcher
-        .classes
-        .into_iter()
-        .map(class_from_proto)
-        .collect::<Result<_, _>>()?;
-    let blast_radii = matcher
-        .blast_radii
-        .into_iter()
-        .map(|r| blast_radius_from_proto("route.match.blast_radii", r))
-        .collect::<Result<_, _>>()?;
+    let matcher = match_from_proto("route", route.r#match)?;
     let expires_after_ms = route
         .expires_after
         .as_ref()
@@ -200,12 +239,7 @@ pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
         .transpose()?;
     validate_route(RouteInput {
         id: route.id,
-        matcher: RouteMatch {
-            actions: matcher.actions,
-            classes,
-            blast_radii,
-            target_selector: matcher.target_selector.into_iter().collect(),
-        },
+        matcher,
         approvals_required: route.approvals_required,
         approver_roles: route.approver_roles,
         expires_after_ms,
@@ -214,27 +248,9 @@ pub fn route_from_proto(route: v1::Route) -> Result<Route, FieldError> {
 }
 
 pub fn route_to_proto(route: &Route) -> v1::Route {
-    let m = &route.matcher;
     v1::Route {
         id: route.id.clone(),
-        r#match: Some(v1::RouteMatch {
-            actions: m.actions.clone(),
-            classes: m
-                .classes
-                .iter()
-                .map(|c| class_to_proto(*c) as i32)
-                .collect(),
-            blast_radii: m
-                .blast_radii
-                .iter()
-                .map(|r| blast_radius_to_proto(*r) as i32)
-                .collect(),
-            target_selector: m
-                .target_selector
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        }),
+        r#match: Some(match_to_proto(&route.matcher)),
         approvals_required: route.approvals_required,
         approver_roles: route
             .approver_roles
@@ -401,6 +417,14 @@ mod tests {
             rollback_path: None,
             reviewer: "w1".into(),
             review_latency_ms: 4,
+            model: Some(countersign_domain::model::ModelReview {
+                profile_id: "db".into(),
+                endpoint: "local".into(),
+                model: "qwen2.5-7b-instruct".into(),
+                verdict: "unsure".into(),
+                latency_ms: 900,
+                usage: Default::default(),
+            }),
         };
         let votes = vec![Vote {
             person: "ann@example.com".into(),
@@ -425,6 +449,7 @@ mod tests {
         assert_eq!(d.gates.len(), 5);
         assert_eq!(d.missing_gates, ["sop"]);
         assert_eq!(d.votes.len(), 1);
+        assert_eq!(d.model.map(|m| m.verdict).as_deref(), Some("unsure"));
         assert!(d.reason.contains("1 of 2 approvals"), "{}", d.reason);
         assert!(
             d.summary.starts_with("Decision: escalated"),
@@ -451,6 +476,7 @@ mod tests {
         assert_eq!(d.outcome, v1::DecisionOutcome::Unspecified as i32);
         assert!(d.reason.is_empty() && d.summary.is_empty());
         assert!(d.gates.is_empty() && d.missing_gates.is_empty() && d.votes.is_empty());
+        assert_eq!(d.model, None);
         assert!(!format!("{d:?}").contains("ann's note"));
     }
 

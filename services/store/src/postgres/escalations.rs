@@ -242,8 +242,8 @@ async fn open_tenant(
             sqlx::query(
                 "INSERT INTO escalations (proposal_id, tenant, route_id, approvals_required,
                      approver_roles_json, opened_at, expires_at, gates_json, sop_id, sop_version,
-                     rollback_path, reviewer, review_latency_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                     rollback_path, reviewer, review_latency_ms, model_json)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             )
             .bind(&key.id)
             .bind(tenant)
@@ -258,6 +258,7 @@ async fn open_tenant(
             .bind(&opened.rollback_path)
             .bind(&opened.reviewer)
             .bind(i64::try_from(opened.review_latency_ms).unwrap_or(i64::MAX))
+            .bind(&row.model_json)
             .execute(&mut *conn)
             .await?;
         }

@@ -55,7 +55,7 @@ pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
 }
 
 /// The `decisions` columns a decision is read from.
-const DECISION_COLUMNS: [&str; 15] = [
+const DECISION_COLUMNS: [&str; 16] = [
     "proposal_id",
     "outcome",
     "reason",
@@ -71,6 +71,7 @@ const DECISION_COLUMNS: [&str; 15] = [
     "review_latency_ms",
     "route_id",
     "votes_json",
+    "model_json",
 ];
 
 /// Events examined per prune (the pump prunes every minute).

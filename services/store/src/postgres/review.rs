@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
+    Decision, DecisionOutcome, Millis, Proposal, ProposalState, escalation::Route,
+    gates::ReviewFacts, model::ModelProfile,
 };
 use sqlx::{PgConnection, Row};
 
@@ -300,15 +301,15 @@ async fn insert_decisions(conn: &mut PgConnection, writes: &[Write<'_>]) -> Resu
     sqlx::query(
         "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
              sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-             summary, review_latency_ms, route_id, votes_json)
+             summary, review_latency_ms, route_id, votes_json, model_json)
          SELECT proposal_id, tenant, outcome, reason, agent_message, sop_id, sop_version,
                 rollback_path, gates_json, missing_gates_json, reviewer, decided_at, summary,
-                review_latency_ms, route_id, votes_json
+                review_latency_ms, route_id, votes_json, model_json
          FROM jsonb_to_recordset($1::jsonb) AS x(proposal_id text, tenant text, outcome text,
              reason text, agent_message text, sop_id text, sop_version bigint,
              rollback_path text, gates_json text, missing_gates_json text, reviewer text,
              decided_at bigint, summary text, review_latency_ms bigint, route_id text,
-             votes_json text)",
+             votes_json text, model_json text)",
     )
     .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
@@ -433,14 +434,22 @@ impl Reviews for PostgresStore {
                     .bind(&targets)
                     .fetch_all(&mut *tx)
                     .await?;
-            let route_rows =
-                sqlx::query("SELECT * FROM routes WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
-                    .bind(&tenant)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            let Some(gathered) =
-                batch.gather(&indices, policy, &sop_rows, &target_rows, &route_rows)
-            else {
+            let route_rows = sqlx::query(&super::routes::list_statement::<Route>())
+                .bind(&tenant)
+                .fetch_all(&mut *tx)
+                .await?;
+            let profile_rows = sqlx::query(&super::routes::list_statement::<ModelProfile>())
+                .bind(&tenant)
+                .fetch_all(&mut *tx)
+                .await?;
+            let Some(gathered) = batch.gather(
+                &indices,
+                policy,
+                &sop_rows,
+                &target_rows,
+                &route_rows,
+                &profile_rows,
+            ) else {
                 continue;
             };
             let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());

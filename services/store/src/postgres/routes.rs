@@ -1,58 +1,65 @@
-//! The tenants' routes, each in its tenant's row-level-security scope.
+//! The tenants' policy documents kept by id: routes and model profiles, each
+//! kind put, listed and deleted by the same three statements, each in its
+//! tenant's row-level-security scope.
 
 use async_trait::async_trait;
-use countersign_domain::escalation::Route;
 
 use super::{PostgresStore, scope};
-use crate::escalation::{PUT_ROUTE, RouteRow, route_from_row};
-use crate::{Result, Routes, StoreError, now_ms};
+use crate::policy::{Param, PolicyDocument, PolicyDocuments};
+use crate::{Result, StoreError, now_ms};
+
+/// The tenant's documents of a kind, by id (byte order): the statement the
+/// review's facts read them with too.
+pub(super) fn list_statement<D: PolicyDocument>() -> String {
+    format!(
+        "SELECT * FROM {} WHERE tenant = $1 ORDER BY id COLLATE \"C\"",
+        D::TABLE
+    )
+}
 
 #[async_trait]
-impl Routes for PostgresStore {
-    #[tracing::instrument(name = "store.postgres.put_route", skip(self, route), fields(route = %route.id))]
-    async fn put_route(&self, tenant: &str, route: &Route) -> Result<Route> {
-        let row = RouteRow::of(route);
+impl PolicyDocuments for PostgresStore {
+    #[tracing::instrument(name = "store.postgres.put_policy", skip(self, doc), fields(kind = D::KIND, id = %doc.id()))]
+    async fn put_document<D: PolicyDocument>(&self, tenant: &str, doc: &D) -> Result<D> {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
-        let stored = sqlx::query(PUT_ROUTE)
-            .bind(tenant)
-            .bind(&route.id)
-            .bind(&row.actions_json)
-            .bind(&row.classes_json)
-            .bind(&row.blast_radii_json)
-            .bind(&row.target_selector_json)
-            .bind(row.approvals_required)
-            .bind(&row.approver_roles_json)
-            .bind(row.expires_after_ms)
-            .bind(&row.escalate_on_json)
-            .bind(now_ms())
-            .fetch_one(&mut *tx)
-            .await?;
+        let mut query = sqlx::query(D::PUT).bind(tenant).bind(doc.id());
+        for param in doc.params() {
+            query = match param {
+                Param::Text(text) => query.bind(text),
+                Param::Int(n) => query.bind(n),
+            };
+        }
+        let stored = query.bind(now_ms()).fetch_one(&mut *tx).await?;
         tx.commit().await?;
-        route_from_row(&stored)
+        D::from_row(&stored)
     }
 
-    async fn list_routes(&self, tenant: &str) -> Result<Vec<Route>> {
+    async fn list_documents<D: PolicyDocument>(&self, tenant: &str) -> Result<Vec<D>> {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
-        let rows = sqlx::query("SELECT * FROM routes WHERE tenant = $1 ORDER BY id COLLATE \"C\"")
+        let rows = sqlx::query(&list_statement::<D>())
             .bind(tenant)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        rows.iter().map(route_from_row).collect()
+        rows.iter().map(D::from_row).collect()
     }
 
-    #[tracing::instrument(name = "store.postgres.delete_route", skip(self))]
-    async fn delete_route(&self, tenant: &str, id: &str) -> Result<Route> {
+    #[tracing::instrument(name = "store.postgres.delete_policy", skip(self), fields(kind = D::KIND))]
+    async fn delete_document<D: PolicyDocument>(&self, tenant: &str, id: &str) -> Result<D> {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
-        let row = sqlx::query("DELETE FROM routes WHERE tenant = $1 AND id = $2 RETURNING *")
+        let statement = format!(
+            "DELETE FROM {} WHERE tenant = $1 AND id = $2 RETURNING *",
+            D::TABLE
+        );
+        let row = sqlx::query(&statement)
             .bind(tenant)
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
         match row {
-            Some(row) => route_from_row(&row),
-            None => Err(StoreError::NotFound(format!("route `{id}`"))),
+            Some(row) => D::from_row(&row),
+            None => Err(StoreError::NotFound(format!("{} `{id}`", D::KIND))),
         }
     }
 }

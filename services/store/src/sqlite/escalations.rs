@@ -29,8 +29,8 @@ use crate::{
 const INSERT_ESCALATION: &str = "
 INSERT INTO escalations (proposal_id, tenant, route_id, approvals_required, approver_roles_json,
     opened_at, expires_at, gates_json, sop_id, sop_version, rollback_path, reviewer,
-    review_latency_ms)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    review_latency_ms, model_json)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 /// Moves the REVIEWING proposals of `items` to ESCALATED and stores their
 /// escalations, in one transaction; each fate by `commit::escalating`.
@@ -77,6 +77,7 @@ pub fn open(
                 opened.rollback_path,
                 opened.reviewer,
                 i64::try_from(opened.review_latency_ms).unwrap_or(i64::MAX),
+                row.model_json,
             ])?;
             events.push(events::signal(
                 &key.tenant,

@@ -36,6 +36,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0013_submitted_key.sql",
     "0016_escalated_state.sql",
     "0017_countersignature.sql",
+    "0018_model_profiles.sql",
 ];
 
 /// Why the schema could not be brought up to date.
@@ -360,7 +361,7 @@ mod tests {
             .unwrap();
         assert!(escalated.contains("'escalated'"), "{escalated}");
         let newer: Vec<i64> = after[before.len() + 1..].iter().map(|row| row.0).collect();
-        assert_eq!(newer, [17], "and every migration after it");
+        assert_eq!(newer, [17, 18], "and every migration after it");
         Migrations::embedded().run(&mut conn).unwrap();
         assert_eq!(recorded(&conn), after);
     }

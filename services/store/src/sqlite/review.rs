@@ -5,7 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use countersign_domain::{
-    Decision, DecisionOutcome, Millis, Proposal, ProposalState, gates::ReviewFacts,
+    Decision, DecisionOutcome, Millis, Proposal, ProposalState, escalation::Route,
+    gates::ReviewFacts, model::ModelProfile,
 };
 use rusqlite::{Connection, OptionalExtension};
 
@@ -256,11 +257,21 @@ pub fn facts_many(
         target_statement.raw_bind_parameter(1, &tenant)?;
         target_statement.raw_bind_parameter(2, &targets)?;
         let target_rows = OwnedRow::all(&mut target_statement)?;
-        let mut routes = tx.prepare_cached("SELECT * FROM routes WHERE tenant = ?1 ORDER BY id")?;
-        routes.raw_bind_parameter(1, &tenant)?;
-        let route_rows = OwnedRow::all(&mut routes)?;
-        let Some(gathered) = batch.gather(&indices, policy, &sop_rows, &target_rows, &route_rows)
-        else {
+        let documents = |statement: String| -> Result<Vec<OwnedRow>> {
+            let mut statement = tx.prepare_cached(&statement)?;
+            statement.raw_bind_parameter(1, &tenant)?;
+            OwnedRow::all(&mut statement)
+        };
+        let route_rows = documents(super::routes::list_statement::<Route>())?;
+        let profile_rows = documents(super::routes::list_statement::<ModelProfile>())?;
+        let Some(gathered) = batch.gather(
+            &indices,
+            policy,
+            &sop_rows,
+            &target_rows,
+            &route_rows,
+            &profile_rows,
+        ) else {
             continue;
         };
         let rows = candidates(
@@ -396,7 +407,7 @@ pub(super) fn write_decisions(
         tx.prepare_cached(
             "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
                  sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms, route_id, votes_json)
+                 summary, review_latency_ms, route_id, votes_json, model_json)
              SELECT json_extract(value, '$.proposal_id'), json_extract(value, '$.tenant'),
                     json_extract(value, '$.outcome'), json_extract(value, '$.reason'),
                     json_extract(value, '$.agent_message'), json_extract(value, '$.sop_id'),
@@ -404,7 +415,8 @@ pub(super) fn write_decisions(
                     json_extract(value, '$.gates_json'), json_extract(value, '$.missing_gates_json'),
                     json_extract(value, '$.reviewer'), json_extract(value, '$.decided_at'),
                     json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms'),
-                    json_extract(value, '$.route_id'), json_extract(value, '$.votes_json')
+                    json_extract(value, '$.route_id'), json_extract(value, '$.votes_json'),
+                    json_extract(value, '$.model_json')
              FROM json_each(?1)",
         )?
         .execute([serde_json::Value::Array(rows).to_string()])?;

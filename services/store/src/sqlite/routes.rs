@@ -1,61 +1,68 @@
-//! The tenants' routes.
+//! The tenants' policy documents kept by id: routes and model profiles, each
+//! kind put, listed and deleted by the same three statements.
 
 use async_trait::async_trait;
-use countersign_domain::escalation::Route;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params_from_iter, types::Value};
 
 use super::SqliteStore;
-use crate::escalation::{PUT_ROUTE, RouteRow, route_from_row};
-use crate::{Result, Routes, StoreError, now_ms};
+use crate::policy::{Param, PolicyDocument, PolicyDocuments};
+use crate::{Result, StoreError, now_ms};
 
-#[tracing::instrument(name = "store.sqlite.put_route", skip(conn, route), fields(route = %route.id))]
-pub fn put(conn: &Connection, tenant: &str, route: &Route) -> Result<Route> {
-    let row = RouteRow::of(route);
-    conn.prepare_cached(PUT_ROUTE)?.query_row(
-        params![
-            tenant,
-            route.id,
-            row.actions_json,
-            row.classes_json,
-            row.blast_radii_json,
-            row.target_selector_json,
-            row.approvals_required,
-            row.approver_roles_json,
-            row.expires_after_ms,
-            row.escalate_on_json,
-            now_ms()
-        ],
-        |row| Ok(route_from_row(row)),
-    )?
+impl From<Param> for Value {
+    fn from(param: Param) -> Value {
+        match param {
+            Param::Text(text) => Value::Text(text),
+            Param::Int(n) => Value::Integer(n),
+        }
+    }
 }
 
-pub fn list(conn: &Connection, tenant: &str) -> Result<Vec<Route>> {
-    conn.prepare_cached("SELECT * FROM routes WHERE tenant = ? ORDER BY id")?
-        .query_map([tenant], |row| Ok(route_from_row(row)))?
+#[tracing::instrument(name = "store.sqlite.put_policy", skip(conn, doc), fields(kind = D::KIND, id = %doc.id()))]
+pub fn put<D: PolicyDocument>(conn: &Connection, tenant: &str, doc: &D) -> Result<D> {
+    let mut params: Vec<Value> = vec![tenant.to_owned().into(), doc.id().to_owned().into()];
+    params.extend(doc.params().into_iter().map(Value::from));
+    params.push(now_ms().into());
+    conn.prepare_cached(D::PUT)?
+        .query_row(params_from_iter(params), |row| Ok(D::from_row(row)))?
+}
+
+/// The tenant's documents of a kind, by id: the statement the review's facts
+/// read them with too.
+pub fn list_statement<D: PolicyDocument>() -> String {
+    format!("SELECT * FROM {} WHERE tenant = ?1 ORDER BY id", D::TABLE)
+}
+
+pub fn list<D: PolicyDocument>(conn: &Connection, tenant: &str) -> Result<Vec<D>> {
+    conn.prepare_cached(&list_statement::<D>())?
+        .query_map([tenant], |row| Ok(D::from_row(row)))?
         .map(|row| row?)
         .collect()
 }
 
-pub fn delete(conn: &Connection, tenant: &str, id: &str) -> Result<Route> {
-    conn.prepare_cached("DELETE FROM routes WHERE tenant = ? AND id = ? RETURNING *")?
-        .query_row([tenant, id], |row| Ok(route_from_row(row)))
+pub fn delete<D: PolicyDocument>(conn: &Connection, tenant: &str, id: &str) -> Result<D> {
+    let statement = format!(
+        "DELETE FROM {} WHERE tenant = ? AND id = ? RETURNING *",
+        D::TABLE
+    );
+    conn.prepare_cached(&statement)?
+        .query_row([tenant, id], |row| Ok(D::from_row(row)))
         .optional()?
-        .unwrap_or_else(|| Err(StoreError::NotFound(format!("route `{id}`"))))
+        .unwrap_or_else(|| Err(StoreError::NotFound(format!("{} `{id}`", D::KIND))))
 }
 
 #[async_trait]
-impl Routes for SqliteStore {
-    async fn put_route(&self, tenant: &str, route: &Route) -> Result<Route> {
-        let (tenant, route) = (tenant.to_owned(), route.clone());
-        self.write(move |conn| put(conn, &tenant, &route)).await
+impl PolicyDocuments for SqliteStore {
+    async fn put_document<D: PolicyDocument>(&self, tenant: &str, doc: &D) -> Result<D> {
+        let (tenant, doc) = (tenant.to_owned(), doc.clone());
+        self.write(move |conn| put(conn, &tenant, &doc)).await
     }
 
-    async fn list_routes(&self, tenant: &str) -> Result<Vec<Route>> {
+    async fn list_documents<D: PolicyDocument>(&self, tenant: &str) -> Result<Vec<D>> {
         let tenant = tenant.to_owned();
         self.read(move |conn| list(conn, &tenant)).await
     }
 
-    async fn delete_route(&self, tenant: &str, id: &str) -> Result<Route> {
+    async fn delete_document<D: PolicyDocument>(&self, tenant: &str, id: &str) -> Result<D> {
         let (tenant, id) = (tenant.to_owned(), id.to_owned());
         self.write(move |conn| delete(conn, &tenant, &id)).await
     }

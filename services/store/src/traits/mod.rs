@@ -9,6 +9,7 @@ mod directory;
 mod escalations;
 mod events;
 mod lifecycle;
+mod model_profiles;
 mod proposals;
 mod reference;
 mod reviews;
@@ -20,6 +21,7 @@ pub use directory::{ApiKeys, Directory, Tenants};
 pub use escalations::Escalations;
 pub use events::{Changes, EventLog};
 pub use lifecycle::Lifecycle;
+pub use model_profiles::ModelProfiles;
 pub use proposals::Proposals;
 pub use reference::Reference;
 pub use reviews::Reviews;
@@ -35,6 +37,7 @@ pub trait Store:
     + Reference
     + Reviews
     + Routes
+    + ModelProfiles
     + Escalations
     + EventLog
     + Suppressions
@@ -49,6 +52,7 @@ impl<T> Store for T where
         + Reference
         + Reviews
         + Routes
+        + ModelProfiles
         + Escalations
         + EventLog
         + Suppressions

@@ -54,6 +54,7 @@ fn rejected(id: &str) -> Proposal {
             review_latency_ms: 1,
             route_id: None,
             votes: Vec::new(),
+            model: None,
         }),
         suppressed_retries: 0,
         cancel_reason: None,

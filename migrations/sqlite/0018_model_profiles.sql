@@ -1,0 +1,28 @@
+-- In step with migrations/postgres/0018_model_profiles.sql. The model
+-- reviewer (services/domain/src/model.rs): the tenants' model profiles, and
+-- the model's review beside the decision (or the escalation) it shaped.
+
+-- Tenant policy: which proposals a language model reviews after the gates,
+-- and on which of the server's configured endpoints (by the operator's name
+-- for it: a profile never holds a URL). The match columns are the routes'
+-- (0017), as `validate_profile` leaves them: deduplicated, in a fixed order.
+CREATE TABLE model_profiles (
+    tenant                TEXT    NOT NULL REFERENCES tenants (name),
+    id                    TEXT    NOT NULL,
+    actions_json          TEXT    NOT NULL,
+    classes_json          TEXT    NOT NULL,
+    blast_radii_json      TEXT    NOT NULL,
+    target_selector_json  TEXT    NOT NULL,
+    endpoint              TEXT    NOT NULL,
+    on_unsure             TEXT    NOT NULL CHECK (on_unsure IN ('reject', 'escalate')),
+    calls_per_minute      INTEGER NOT NULL CHECK (calls_per_minute >= 0),
+    updated_at            INTEGER NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+-- The model's review (domain::model::ModelReview as JSON: profile, endpoint,
+-- model, verdict or failure, latency, tokens). NULL where no model reviewed
+-- the proposal (every decision and escalation made before this column).
+-- It is not part of the audit record; the `model` gate's result is.
+ALTER TABLE decisions ADD COLUMN model_json TEXT;
+ALTER TABLE escalations ADD COLUMN model_json TEXT;
