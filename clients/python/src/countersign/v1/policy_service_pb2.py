@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from countersign.v1 import types_pb2 as countersign_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#countersign/v1/policy_service.proto\x12\x0e\x63ountersign.v1\x1a\x1a\x63ountersign/v1/types.proto\"7\n\x0fPutRouteRequest\x12$\n\x05route\x18\x01 \x01(\x0b\x32\x15.countersign.v1.Route\"\x13\n\x11ListRoutesRequest\";\n\x12ListRoutesResponse\x12%\n\x06routes\x18\x01 \x03(\x0b\x32\x15.countersign.v1.Route\" \n\x12\x44\x65leteRouteRequest\x12\n\n\x02id\x18\x01 \x01(\t2\xf2\x01\n\rPolicyService\x12\x42\n\x08PutRoute\x12\x1f.countersign.v1.PutRouteRequest\x1a\x15.countersign.v1.Route\x12S\n\nListRoutes\x12!.countersign.v1.ListRoutesRequest\x1a\".countersign.v1.ListRoutesResponse\x12H\n\x0b\x44\x65leteRoute\x12\".countersign.v1.DeleteRouteRequest\x1a\x15.countersign.v1.Routeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#countersign/v1/policy_service.proto\x12\x0e\x63ountersign.v1\x1a\x1a\x63ountersign/v1/types.proto\"7\n\x0fPutRouteRequest\x12$\n\x05route\x18\x01 \x01(\x0b\x32\x15.countersign.v1.Route\"\x13\n\x11ListRoutesRequest\";\n\x12ListRoutesResponse\x12%\n\x06routes\x18\x01 \x03(\x0b\x32\x15.countersign.v1.Route\" \n\x12\x44\x65leteRouteRequest\x12\n\n\x02id\x18\x01 \x01(\t\"G\n\x16PutModelProfileRequest\x12-\n\x07profile\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.ModelProfile\"\x1a\n\x18ListModelProfilesRequest\"K\n\x19ListModelProfilesResponse\x12.\n\x08profiles\x18\x01 \x03(\x0b\x32\x1c.countersign.v1.ModelProfile\"\'\n\x19\x44\x65leteModelProfileRequest\x12\n\n\x02id\x18\x01 \x01(\t2\x94\x04\n\rPolicyService\x12\x42\n\x08PutRoute\x12\x1f.countersign.v1.PutRouteRequest\x1a\x15.countersign.v1.Route\x12S\n\nListRoutes\x12!.countersign.v1.ListRoutesRequest\x1a\".countersign.v1.ListRoutesResponse\x12H\n\x0b\x44\x65leteRoute\x12\".countersign.v1.DeleteRouteRequest\x1a\x15.countersign.v1.Route\x12W\n\x0fPutModelProfile\x12&.countersign.v1.PutModelProfileRequest\x1a\x1c.countersign.v1.ModelProfile\x12h\n\x11ListModelProfiles\x12(.countersign.v1.ListModelProfilesRequest\x1a).countersign.v1.ListModelProfilesResponse\x12]\n\x12\x44\x65leteModelProfile\x12).countersign.v1.DeleteModelProfileRequest\x1a\x1c.countersign.v1.ModelProfileb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTROUTESRESPONSE']._serialized_end=220
   _globals['_DELETEROUTEREQUEST']._serialized_start=222
   _globals['_DELETEROUTEREQUEST']._serialized_end=254
-  _globals['_POLICYSERVICE']._serialized_start=257
-  _globals['_POLICYSERVICE']._serialized_end=499
+  _globals['_PUTMODELPROFILEREQUEST']._serialized_start=256
+  _globals['_PUTMODELPROFILEREQUEST']._serialized_end=327
+  _globals['_LISTMODELPROFILESREQUEST']._serialized_start=329
+  _globals['_LISTMODELPROFILESREQUEST']._serialized_end=355
+  _globals['_LISTMODELPROFILESRESPONSE']._serialized_start=357
+  _globals['_LISTMODELPROFILESRESPONSE']._serialized_end=432
+  _globals['_DELETEMODELPROFILEREQUEST']._serialized_start=434
+  _globals['_DELETEMODELPROFILEREQUEST']._serialized_end=473
+  _globals['_POLICYSERVICE']._serialized_start=476
+  _globals['_POLICYSERVICE']._serialized_end=1008
 # @@protoc_insertion_point(module_scope)

@@ -28,3 +28,25 @@ class DeleteRouteRequest(_message.Message):
     ID_FIELD_NUMBER: _ClassVar[int]
     id: str
     def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class PutModelProfileRequest(_message.Message):
+    __slots__ = ("profile",)
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    profile: _types_pb2.ModelProfile
+    def __init__(self, profile: _Optional[_Union[_types_pb2.ModelProfile, _Mapping]] = ...) -> None: ...
+
+class ListModelProfilesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelProfilesResponse(_message.Message):
+    __slots__ = ("profiles",)
+    PROFILES_FIELD_NUMBER: _ClassVar[int]
+    profiles: _containers.RepeatedCompositeFieldContainer[_types_pb2.ModelProfile]
+    def __init__(self, profiles: _Optional[_Iterable[_Union[_types_pb2.ModelProfile, _Mapping]]] = ...) -> None: ...
+
+class DeleteModelProfileRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...

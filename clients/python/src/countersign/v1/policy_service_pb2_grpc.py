@@ -28,7 +28,8 @@ if _version_not_supported:
 
 class PolicyServiceStub(object):
     """The tenant's review policy beyond SOPs: the routes that send proposals to
-    people. Admins only.
+    people, and the model profiles that ask a language model for a second
+    opinion. Admins only.
     """
 
     def __init__(self, channel):
@@ -52,11 +53,27 @@ class PolicyServiceStub(object):
                 request_serializer=countersign_dot_v1_dot_policy__service__pb2.DeleteRouteRequest.SerializeToString,
                 response_deserializer=countersign_dot_v1_dot_types__pb2.Route.FromString,
                 _registered_method=True)
+        self.PutModelProfile = channel.unary_unary(
+                '/countersign.v1.PolicyService/PutModelProfile',
+                request_serializer=countersign_dot_v1_dot_policy__service__pb2.PutModelProfileRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_types__pb2.ModelProfile.FromString,
+                _registered_method=True)
+        self.ListModelProfiles = channel.unary_unary(
+                '/countersign.v1.PolicyService/ListModelProfiles',
+                request_serializer=countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesResponse.FromString,
+                _registered_method=True)
+        self.DeleteModelProfile = channel.unary_unary(
+                '/countersign.v1.PolicyService/DeleteModelProfile',
+                request_serializer=countersign_dot_v1_dot_policy__service__pb2.DeleteModelProfileRequest.SerializeToString,
+                response_deserializer=countersign_dot_v1_dot_types__pb2.ModelProfile.FromString,
+                _registered_method=True)
 
 
 class PolicyServiceServicer(object):
     """The tenant's review policy beyond SOPs: the routes that send proposals to
-    people. Admins only.
+    people, and the model profiles that ask a language model for a second
+    opinion. Admins only.
     """
 
     def PutRoute(self, request, context):
@@ -74,6 +91,28 @@ class PolicyServiceServicer(object):
 
     def DeleteRoute(self, request, context):
         """Removes a route; proposals it already escalated keep its terms.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutModelProfile(self, request, context):
+        """Creates or replaces the model profile with this id. Its endpoint must be
+        one the server configures (INVALID_ARGUMENT naming `profile.endpoint`
+        lists them); a profile never carries a URL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListModelProfiles(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteModelProfile(self, request, context):
+        """Removes a model profile; decisions it reviewed keep their model review.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,6 +136,21 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     request_deserializer=countersign_dot_v1_dot_policy__service__pb2.DeleteRouteRequest.FromString,
                     response_serializer=countersign_dot_v1_dot_types__pb2.Route.SerializeToString,
             ),
+            'PutModelProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutModelProfile,
+                    request_deserializer=countersign_dot_v1_dot_policy__service__pb2.PutModelProfileRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_types__pb2.ModelProfile.SerializeToString,
+            ),
+            'ListModelProfiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModelProfiles,
+                    request_deserializer=countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesResponse.SerializeToString,
+            ),
+            'DeleteModelProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteModelProfile,
+                    request_deserializer=countersign_dot_v1_dot_policy__service__pb2.DeleteModelProfileRequest.FromString,
+                    response_serializer=countersign_dot_v1_dot_types__pb2.ModelProfile.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'countersign.v1.PolicyService', rpc_method_handlers)
@@ -107,7 +161,8 @@ def add_PolicyServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class PolicyService(object):
     """The tenant's review policy beyond SOPs: the routes that send proposals to
-    people. Admins only.
+    people, and the model profiles that ask a language model for a second
+    opinion. Admins only.
     """
 
     @staticmethod
@@ -181,6 +236,87 @@ class PolicyService(object):
             '/countersign.v1.PolicyService/DeleteRoute',
             countersign_dot_v1_dot_policy__service__pb2.DeleteRouteRequest.SerializeToString,
             countersign_dot_v1_dot_types__pb2.Route.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutModelProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.PolicyService/PutModelProfile',
+            countersign_dot_v1_dot_policy__service__pb2.PutModelProfileRequest.SerializeToString,
+            countersign_dot_v1_dot_types__pb2.ModelProfile.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModelProfiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.PolicyService/ListModelProfiles',
+            countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesRequest.SerializeToString,
+            countersign_dot_v1_dot_policy__service__pb2.ListModelProfilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteModelProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/countersign.v1.PolicyService/DeleteModelProfile',
+            countersign_dot_v1_dot_policy__service__pb2.DeleteModelProfileRequest.SerializeToString,
+            countersign_dot_v1_dot_types__pb2.ModelProfile.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ountersign/v1/types.proto\x12\x0e\x63ountersign.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x03\n\x0cProposalSpec\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12-\n\x05\x63lass\x18\x02 \x01(\x0e\x32\x1e.countersign.v1.OperationClass\x12\x0e\n\x06target\x18\x03 \x01(\t\x12+\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x31\n\x0c\x62last_radius\x18\x06 \x01(\x0e\x32\x1b.countersign.v1.BlastRadius\x12\x10\n\x08operator\x18\x07 \x01(\t\x12\x17\n\x0f\x63ontext_summary\x18\x08 \x01(\t\x12\x13\n\x0bincident_id\x18\t \x01(\t\x12\x38\n\x06labels\x18\n \x03(\x0b\x32(.countersign.v1.ProposalSpec.LabelsEntry\x12\x15\n\rrollback_plan\x18\x0b \x01(\t\x12\x1c\n\x14\x66orce_approve_no_sop\x18\x0c \x01(\x08\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\nGateResult\x12\x0c\n\x04gate\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xd2\x03\n\x08\x44\x65\x63ision\x12\x30\n\x07outcome\x18\x01 \x01(\x0e\x32\x1f.countersign.v1.DecisionOutcome\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\ragent_message\x18\x03 \x01(\t\x12\x0e\n\x06sop_id\x18\x04 \x01(\t\x12\x13\n\x0bsop_version\x18\x05 \x01(\r\x12\x15\n\rrollback_path\x18\x06 \x01(\t\x12)\n\x05gates\x18\x07 \x03(\x0b\x32\x1a.countersign.v1.GateResult\x12\x15\n\rmissing_gates\x18\x08 \x03(\t\x12\x10\n\x08reviewer\x18\t \x01(\t\x12.\n\ndecided_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x0b \x01(\t\x12\x10\n\x08sequence\x18\x0c \x01(\x04\x12\x0e\n\x06\x64igest\x18\r \x01(\t\x12\x19\n\x11review_latency_ms\x18\x0e \x01(\x04\x12\x10\n\x08route_id\x18\x0f \x01(\t\x12#\n\x05votes\x18\x10 \x03(\x0b\x32\x14.countersign.v1.Vote\x12(\n\x07receipt\x18\x12 \x01(\x0b\x32\x17.countersign.v1.Receipt\"\x8f\x01\n\x07Receipt\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bproposal_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_digest\x18\x03 \x01(\t\x12\x0f\n\x07outcome\x18\x04 \x01(\t\x12\x12\n\ndecided_at\x18\x05 \x01(\x03\x12\x12\n\nexpires_at\x18\x06 \x01(\x03\x12\x11\n\tsignature\x18\x07 \x01(\t\"\xf2\x02\n\x08Proposal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12*\n\x04spec\x18\x03 \x01(\x0b\x32\x1c.countersign.v1.ProposalSpec\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.countersign.v1.ProposalState\x12\x14\n\x0csubmitted_by\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x08\x64\x65\x63ision\x18\x08 \x01(\x0b\x32\x18.countersign.v1.Decision\x12\x1a\n\x12suppressed_retries\x18\t \x01(\x04\x12\x15\n\rcancel_reason\x18\n \x01(\t\x12\x1b\n\x13submitted_by_person\x18\x0b \x01(\t\"\x89\x01\n\x04Vote\x12\x0e\n\x06person\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12(\n\x07verdict\x18\x03 \x01(\x0e\x32\x17.countersign.v1.Verdict\x12\x0f\n\x07\x63omment\x18\x04 \x01(\t\x12&\n\x02\x61t\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x80\x02\n\nRouteMatch\x12\x0f\n\x07\x61\x63tions\x18\x01 \x03(\t\x12/\n\x07\x63lasses\x18\x02 \x03(\x0e\x32\x1e.countersign.v1.OperationClass\x12\x30\n\x0b\x62last_radii\x18\x03 \x03(\x0e\x32\x1b.countersign.v1.BlastRadius\x12G\n\x0ftarget_selector\x18\x04 \x03(\x0b\x32..countersign.v1.RouteMatch.TargetSelectorEntry\x1a\x35\n\x13TargetSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb9\x01\n\x05Route\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05match\x18\x02 \x01(\x0b\x32\x1a.countersign.v1.RouteMatch\x12\x1a\n\x12\x61pprovals_required\x18\x03 \x01(\r\x12\x16\n\x0e\x61pprover_roles\x18\x04 \x03(\t\x12\x30\n\rexpires_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x65scalate_on\x18\x06 \x03(\t\"\xc6\x02\n\x03Sop\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0e\n\x06\x63overs\x18\x04 \x01(\t\x12\x15\n\rrollback_path\x18\x05 \x01(\t\x12\x35\n\x10max_blast_radius\x18\x06 \x01(\x0e\x32\x1b.countersign.v1.BlastRadius\x12\x33\n\x08selector\x18\x07 \x03(\x0b\x32!.countersign.v1.Sop.SelectorEntry\x12\x0f\n\x07version\x18\x08 \x01(\r\x12\x0f\n\x07retired\x18\t \x01(\x08\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd5\x01\n\x06Target\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.countersign.v1.TargetStatus\x12\x32\n\x06labels\x18\x03 \x03(\x0b\x32\".countersign.v1.Target.LabelsEntry\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9e\x01\n\x0cModelProfile\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05match\x18\x02 \x01(\x0b\x32\x1a.countersign.v1.RouteMatch\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12+\n\ton_unsure\x18\x04 \x01(\x0e\x32\x18.countersign.v1.OnUnsure\x12\x18\n\x10\x63\x61lls_per_minute\x18\x05 \x01(\r\"\xb7\x01\n\x0bModelReview\x12\x12\n\nprofile_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x12\n\nlatency_ms\x18\x05 \x01(\x04\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x08 \x01(\x04*\x83\x01\n\x0b\x42lastRadius\x12\x1c\n\x18\x42LAST_RADIUS_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42LAST_RADIUS_SINGLE_DEVICE\x10\x01\x12\x18\n\x14\x42LAST_RADIUS_CLUSTER\x10\x02\x12\x1c\n\x18\x42LAST_RADIUS_TENANT_WIDE\x10\x03*\x87\x01\n\x0eOperationClass\x12\x1f\n\x1bOPERATION_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14OPERATION_CLASS_READ\x10\x01\x12\x19\n\x15OPERATION_CLASS_WRITE\x10\x02\x12\x1f\n\x1bOPERATION_CLASS_DESTRUCTIVE\x10\x03*\xfd\x01\n\rProposalState\x12\x1e\n\x1aPROPOSAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROPOSAL_STATE_PENDING\x10\x01\x12\x1c\n\x18PROPOSAL_STATE_REVIEWING\x10\x02\x12\x1b\n\x17PROPOSAL_STATE_APPROVED\x10\x03\x12\x1b\n\x17PROPOSAL_STATE_REJECTED\x10\x04\x12\x1c\n\x18PROPOSAL_STATE_CANCELLED\x10\x05\x12\x1c\n\x18PROPOSAL_STATE_TIMED_OUT\x10\x06\x12\x1c\n\x18PROPOSAL_STATE_ESCALATED\x10\x07*\x8e\x01\n\x0f\x44\x65\x63isionOutcome\x12 \n\x1c\x44\x45\x43ISION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45\x43ISION_OUTCOME_APPROVE\x10\x01\x12\x1b\n\x17\x44\x45\x43ISION_OUTCOME_REJECT\x10\x02\x12\x1e\n\x1a\x44\x45\x43ISION_OUTCOME_TIMED_OUT\x10\x03*K\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n\x0fVERDICT_APPROVE\x10\x01\x12\x12\n\x0eVERDICT_REJECT\x10\x02*\xa1\x01\n\x0cTargetStatus\x12\x1d\n\x19TARGET_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14TARGET_STATUS_ONLINE\x10\x01\x12\x19\n\x15TARGET_STATUS_OFFLINE\x10\x02\x12\x1e\n\x1aTARGET_STATUS_RESTART_LOOP\x10\x03\x12\x1d\n\x19TARGET_STATUS_MAINTENANCE\x10\x04*S\n\x08OnUnsure\x12\x19\n\x15ON_UNSURE_UNSPECIFIED\x10\x00\x12\x14\n\x10ON_UNSURE_REJECT\x10\x01\x12\x16\n\x12ON_UNSURE_ESCALATE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63ountersign/v1/types.proto\x12\x0e\x63ountersign.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc4\x03\n\x0cProposalSpec\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12-\n\x05\x63lass\x18\x02 \x01(\x0e\x32\x1e.countersign.v1.OperationClass\x12\x0e\n\x06target\x18\x03 \x01(\t\x12+\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x31\n\x0c\x62last_radius\x18\x06 \x01(\x0e\x32\x1b.countersign.v1.BlastRadius\x12\x10\n\x08operator\x18\x07 \x01(\t\x12\x17\n\x0f\x63ontext_summary\x18\x08 \x01(\t\x12\x13\n\x0bincident_id\x18\t \x01(\t\x12\x38\n\x06labels\x18\n \x03(\x0b\x32(.countersign.v1.ProposalSpec.LabelsEntry\x12\x15\n\rrollback_plan\x18\x0b \x01(\t\x12\x1c\n\x14\x66orce_approve_no_sop\x18\x0c \x01(\x08\x12\x17\n\x0fidempotency_key\x18\r \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\nGateResult\x12\x0c\n\x04gate\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xfe\x03\n\x08\x44\x65\x63ision\x12\x30\n\x07outcome\x18\x01 \x01(\x0e\x32\x1f.countersign.v1.DecisionOutcome\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\ragent_message\x18\x03 \x01(\t\x12\x0e\n\x06sop_id\x18\x04 \x01(\t\x12\x13\n\x0bsop_version\x18\x05 \x01(\r\x12\x15\n\rrollback_path\x18\x06 \x01(\t\x12)\n\x05gates\x18\x07 \x03(\x0b\x32\x1a.countersign.v1.GateResult\x12\x15\n\rmissing_gates\x18\x08 \x03(\t\x12\x10\n\x08reviewer\x18\t \x01(\t\x12.\n\ndecided_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x0b \x01(\t\x12\x10\n\x08sequence\x18\x0c \x01(\x04\x12\x0e\n\x06\x64igest\x18\r \x01(\t\x12\x19\n\x11review_latency_ms\x18\x0e \x01(\x04\x12\x10\n\x08route_id\x18\x0f \x01(\t\x12#\n\x05votes\x18\x10 \x03(\x0b\x32\x14.countersign.v1.Vote\x12*\n\x05model\x18\x11 \x01(\x0b\x32\x1b.countersign.v1.ModelReview\x12(\n\x07receipt\x18\x12 \x01(\x0b\x32\x17.countersign.v1.Receipt\"\x8f\x01\n\x07Receipt\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bproposal_id\x18\x02 \x01(\t\x12\x13\n\x0bspec_digest\x18\x03 \x01(\t\x12\x0f\n\x07outcome\x18\x04 \x01(\t\x12\x12\n\ndecided_at\x18\x05 \x01(\x03\x12\x12\n\nexpires_at\x18\x06 \x01(\x03\x12\x11\n\tsignature\x18\x07 \x01(\t\"\xf2\x02\n\x08Proposal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12*\n\x04spec\x18\x03 \x01(\x0b\x32\x1c.countersign.v1.ProposalSpec\x12,\n\x05state\x18\x04 \x01(\x0e\x32\x1d.countersign.v1.ProposalState\x12\x14\n\x0csubmitted_by\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x08\x64\x65\x63ision\x18\x08 \x01(\x0b\x32\x18.countersign.v1.Decision\x12\x1a\n\x12suppressed_retries\x18\t \x01(\x04\x12\x15\n\rcancel_reason\x18\n \x01(\t\x12\x1b\n\x13submitted_by_person\x18\x0b \x01(\t\"\x89\x01\n\x04Vote\x12\x0e\n\x06person\x18\x01 \x01(\t\x12\x0e\n\x06key_id\x18\x02 \x01(\t\x12(\n\x07verdict\x18\x03 \x01(\x0e\x32\x17.countersign.v1.Verdict\x12\x0f\n\x07\x63omment\x18\x04 \x01(\t\x12&\n\x02\x61t\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x80\x02\n\nRouteMatch\x12\x0f\n\x07\x61\x63tions\x18\x01 \x03(\t\x12/\n\x07\x63lasses\x18\x02 \x03(\x0e\x32\x1e.countersign.v1.OperationClass\x12\x30\n\x0b\x62last_radii\x18\x03 \x03(\x0e\x32\x1b.countersign.v1.BlastRadius\x12G\n\x0ftarget_selector\x18\x04 \x03(\x0b\x32..countersign.v1.RouteMatch.TargetSelectorEntry\x1a\x35\n\x13TargetSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb9\x01\n\x05Route\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05match\x18\x02 \x01(\x0b\x32\x1a.countersign.v1.RouteMatch\x12\x1a\n\x12\x61pprovals_required\x18\x03 \x01(\r\x12\x16\n\x0e\x61pprover_roles\x18\x04 \x03(\t\x12\x30\n\rexpires_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x65scalate_on\x18\x06 \x03(\t\"\xc6\x02\n\x03Sop\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0e\n\x06\x63overs\x18\x04 \x01(\t\x12\x15\n\rrollback_path\x18\x05 \x01(\t\x12\x35\n\x10max_blast_radius\x18\x06 \x01(\x0e\x32\x1b.countersign.v1.BlastRadius\x12\x33\n\x08selector\x18\x07 \x03(\x0b\x32!.countersign.v1.Sop.SelectorEntry\x12\x0f\n\x07version\x18\x08 \x01(\r\x12\x0f\n\x07retired\x18\t \x01(\x08\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd5\x01\n\x06Target\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.countersign.v1.TargetStatus\x12\x32\n\x06labels\x18\x03 \x03(\x0b\x32\".countersign.v1.Target.LabelsEntry\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9e\x01\n\x0cModelProfile\x12\n\n\x02id\x18\x01 \x01(\t\x12)\n\x05match\x18\x02 \x01(\x0b\x32\x1a.countersign.v1.RouteMatch\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12+\n\ton_unsure\x18\x04 \x01(\x0e\x32\x18.countersign.v1.OnUnsure\x12\x18\n\x10\x63\x61lls_per_minute\x18\x05 \x01(\r\"\xb7\x01\n\x0bModelReview\x12\x12\n\nprofile_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x12\n\nlatency_ms\x18\x05 \x01(\x04\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x04\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x04\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x08 \x01(\x04*\x83\x01\n\x0b\x42lastRadius\x12\x1c\n\x18\x42LAST_RADIUS_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42LAST_RADIUS_SINGLE_DEVICE\x10\x01\x12\x18\n\x14\x42LAST_RADIUS_CLUSTER\x10\x02\x12\x1c\n\x18\x42LAST_RADIUS_TENANT_WIDE\x10\x03*\x87\x01\n\x0eOperationClass\x12\x1f\n\x1bOPERATION_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14OPERATION_CLASS_READ\x10\x01\x12\x19\n\x15OPERATION_CLASS_WRITE\x10\x02\x12\x1f\n\x1bOPERATION_CLASS_DESTRUCTIVE\x10\x03*\xfd\x01\n\rProposalState\x12\x1e\n\x1aPROPOSAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROPOSAL_STATE_PENDING\x10\x01\x12\x1c\n\x18PROPOSAL_STATE_REVIEWING\x10\x02\x12\x1b\n\x17PROPOSAL_STATE_APPROVED\x10\x03\x12\x1b\n\x17PROPOSAL_STATE_REJECTED\x10\x04\x12\x1c\n\x18PROPOSAL_STATE_CANCELLED\x10\x05\x12\x1c\n\x18PROPOSAL_STATE_TIMED_OUT\x10\x06\x12\x1c\n\x18PROPOSAL_STATE_ESCALATED\x10\x07*\x8e\x01\n\x0f\x44\x65\x63isionOutcome\x12 \n\x1c\x44\x45\x43ISION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45\x43ISION_OUTCOME_APPROVE\x10\x01\x12\x1b\n\x17\x44\x45\x43ISION_OUTCOME_REJECT\x10\x02\x12\x1e\n\x1a\x44\x45\x43ISION_OUTCOME_TIMED_OUT\x10\x03*K\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n\x0fVERDICT_APPROVE\x10\x01\x12\x12\n\x0eVERDICT_REJECT\x10\x02*\xa1\x01\n\x0cTargetStatus\x12\x1d\n\x19TARGET_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14TARGET_STATUS_ONLINE\x10\x01\x12\x19\n\x15TARGET_STATUS_OFFLINE\x10\x02\x12\x1e\n\x1aTARGET_STATUS_RESTART_LOOP\x10\x03\x12\x1d\n\x19TARGET_STATUS_MAINTENANCE\x10\x04*S\n\x08OnUnsure\x12\x19\n\x15ON_UNSURE_UNSPECIFIED\x10\x00\x12\x14\n\x10ON_UNSURE_REJECT\x10\x01\x12\x16\n\x12ON_UNSURE_ESCALATE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,20 +42,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SOP_SELECTORENTRY']._serialized_options = b'8\001'
   _globals['_TARGET_LABELSENTRY']._loaded_options = None
   _globals['_TARGET_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_BLASTRADIUS']._serialized_start=3124
-  _globals['_BLASTRADIUS']._serialized_end=3255
-  _globals['_OPERATIONCLASS']._serialized_start=3258
-  _globals['_OPERATIONCLASS']._serialized_end=3393
-  _globals['_PROPOSALSTATE']._serialized_start=3396
-  _globals['_PROPOSALSTATE']._serialized_end=3649
-  _globals['_DECISIONOUTCOME']._serialized_start=3652
-  _globals['_DECISIONOUTCOME']._serialized_end=3794
-  _globals['_VERDICT']._serialized_start=3796
-  _globals['_VERDICT']._serialized_end=3871
-  _globals['_TARGETSTATUS']._serialized_start=3874
-  _globals['_TARGETSTATUS']._serialized_end=4035
-  _globals['_ONUNSURE']._serialized_start=4037
-  _globals['_ONUNSURE']._serialized_end=4120
+  _globals['_BLASTRADIUS']._serialized_start=3168
+  _globals['_BLASTRADIUS']._serialized_end=3299
+  _globals['_OPERATIONCLASS']._serialized_start=3302
+  _globals['_OPERATIONCLASS']._serialized_end=3437
+  _globals['_PROPOSALSTATE']._serialized_start=3440
+  _globals['_PROPOSALSTATE']._serialized_end=3693
+  _globals['_DECISIONOUTCOME']._serialized_start=3696
+  _globals['_DECISIONOUTCOME']._serialized_end=3838
+  _globals['_VERDICT']._serialized_start=3840
+  _globals['_VERDICT']._serialized_end=3915
+  _globals['_TARGETSTATUS']._serialized_start=3918
+  _globals['_TARGETSTATUS']._serialized_end=4079
+  _globals['_ONUNSURE']._serialized_start=4081
+  _globals['_ONUNSURE']._serialized_end=4164
   _globals['_PROPOSALSPEC']._serialized_start=142
   _globals['_PROPOSALSPEC']._serialized_end=594
   _globals['_PROPOSALSPEC_LABELSENTRY']._serialized_start=549
@@ -63,29 +63,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GATERESULT']._serialized_start=596
   _globals['_GATERESULT']._serialized_end=654
   _globals['_DECISION']._serialized_start=657
-  _globals['_DECISION']._serialized_end=1123
-  _globals['_RECEIPT']._serialized_start=1126
-  _globals['_RECEIPT']._serialized_end=1269
-  _globals['_PROPOSAL']._serialized_start=1272
-  _globals['_PROPOSAL']._serialized_end=1642
-  _globals['_VOTE']._serialized_start=1645
-  _globals['_VOTE']._serialized_end=1782
-  _globals['_ROUTEMATCH']._serialized_start=1785
-  _globals['_ROUTEMATCH']._serialized_end=2041
-  _globals['_ROUTEMATCH_TARGETSELECTORENTRY']._serialized_start=1988
-  _globals['_ROUTEMATCH_TARGETSELECTORENTRY']._serialized_end=2041
-  _globals['_ROUTE']._serialized_start=2044
-  _globals['_ROUTE']._serialized_end=2229
-  _globals['_SOP']._serialized_start=2232
-  _globals['_SOP']._serialized_end=2558
-  _globals['_SOP_SELECTORENTRY']._serialized_start=2511
-  _globals['_SOP_SELECTORENTRY']._serialized_end=2558
-  _globals['_TARGET']._serialized_start=2561
-  _globals['_TARGET']._serialized_end=2774
+  _globals['_DECISION']._serialized_end=1167
+  _globals['_RECEIPT']._serialized_start=1170
+  _globals['_RECEIPT']._serialized_end=1313
+  _globals['_PROPOSAL']._serialized_start=1316
+  _globals['_PROPOSAL']._serialized_end=1686
+  _globals['_VOTE']._serialized_start=1689
+  _globals['_VOTE']._serialized_end=1826
+  _globals['_ROUTEMATCH']._serialized_start=1829
+  _globals['_ROUTEMATCH']._serialized_end=2085
+  _globals['_ROUTEMATCH_TARGETSELECTORENTRY']._serialized_start=2032
+  _globals['_ROUTEMATCH_TARGETSELECTORENTRY']._serialized_end=2085
+  _globals['_ROUTE']._serialized_start=2088
+  _globals['_ROUTE']._serialized_end=2273
+  _globals['_SOP']._serialized_start=2276
+  _globals['_SOP']._serialized_end=2602
+  _globals['_SOP_SELECTORENTRY']._serialized_start=2555
+  _globals['_SOP_SELECTORENTRY']._serialized_end=2602
+  _globals['_TARGET']._serialized_start=2605
+  _globals['_TARGET']._serialized_end=2818
   _globals['_TARGET_LABELSENTRY']._serialized_start=549
   _globals['_TARGET_LABELSENTRY']._serialized_end=594
-  _globals['_MODELPROFILE']._serialized_start=2777
-  _globals['_MODELPROFILE']._serialized_end=2935
-  _globals['_MODELREVIEW']._serialized_start=2938
-  _globals['_MODELREVIEW']._serialized_end=3121
+  _globals['_MODELPROFILE']._serialized_start=2821
+  _globals['_MODELPROFILE']._serialized_end=2979
+  _globals['_MODELREVIEW']._serialized_start=2982
+  _globals['_MODELREVIEW']._serialized_end=3165
 # @@protoc_insertion_point(module_scope)

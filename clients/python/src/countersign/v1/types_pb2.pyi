@@ -142,7 +142,7 @@ class GateResult(_message.Message):
     def __init__(self, gate: _Optional[str] = ..., passed: bool = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("outcome", "reason", "agent_message", "sop_id", "sop_version", "rollback_path", "gates", "missing_gates", "reviewer", "decided_at", "summary", "sequence", "digest", "review_latency_ms", "route_id", "votes", "receipt")
+    __slots__ = ("outcome", "reason", "agent_message", "sop_id", "sop_version", "rollback_path", "gates", "missing_gates", "reviewer", "decided_at", "summary", "sequence", "digest", "review_latency_ms", "route_id", "votes", "model", "receipt")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     AGENT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class Decision(_message.Message):
     REVIEW_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     ROUTE_ID_FIELD_NUMBER: _ClassVar[int]
     VOTES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     outcome: DecisionOutcome
     reason: str
@@ -176,8 +177,9 @@ class Decision(_message.Message):
     review_latency_ms: int
     route_id: str
     votes: _containers.RepeatedCompositeFieldContainer[Vote]
+    model: ModelReview
     receipt: Receipt
-    def __init__(self, outcome: _Optional[_Union[DecisionOutcome, str]] = ..., reason: _Optional[str] = ..., agent_message: _Optional[str] = ..., sop_id: _Optional[str] = ..., sop_version: _Optional[int] = ..., rollback_path: _Optional[str] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ..., missing_gates: _Optional[_Iterable[str]] = ..., reviewer: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., sequence: _Optional[int] = ..., digest: _Optional[str] = ..., review_latency_ms: _Optional[int] = ..., route_id: _Optional[str] = ..., votes: _Optional[_Iterable[_Union[Vote, _Mapping]]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
+    def __init__(self, outcome: _Optional[_Union[DecisionOutcome, str]] = ..., reason: _Optional[str] = ..., agent_message: _Optional[str] = ..., sop_id: _Optional[str] = ..., sop_version: _Optional[int] = ..., rollback_path: _Optional[str] = ..., gates: _Optional[_Iterable[_Union[GateResult, _Mapping]]] = ..., missing_gates: _Optional[_Iterable[str]] = ..., reviewer: _Optional[str] = ..., decided_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., sequence: _Optional[int] = ..., digest: _Optional[str] = ..., review_latency_ms: _Optional[int] = ..., route_id: _Optional[str] = ..., votes: _Optional[_Iterable[_Union[Vote, _Mapping]]] = ..., model: _Optional[_Union[ModelReview, _Mapping]] = ..., receipt: _Optional[_Union[Receipt, _Mapping]] = ...) -> None: ...
 
 class Receipt(_message.Message):
     __slots__ = ("tenant", "proposal_id", "spec_digest", "outcome", "decided_at", "expires_at", "signature")
