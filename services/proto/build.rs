@@ -26,8 +26,12 @@ const PROTOS: &[&str] = &[
 
 /// Unary methods that wait for something on purpose (`service/method`): the
 /// timeout layer lets them run as long as their caller asks, up to a ceiling.
+/// `Submit` is one, since it may wait for its decision (`wait_for_decision`).
 /// The build fails on a name that is not a unary method of the protos.
-const LONG_POLLS: &[&str] = &["countersign.v1.ProposalService/AwaitDecision"];
+const LONG_POLLS: &[&str] = &[
+    "countersign.v1.ProposalService/Submit",
+    "countersign.v1.ProposalService/AwaitDecision",
+];
 
 /// The public services every role serves beside ours, which need no
 /// credential and get no span: `(service, method, kind)`. Their descriptors

@@ -55,6 +55,7 @@ pub fn serve_with(dir: &Path, extra: &[&str]) -> Server {
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env_remove("COUNTERSIGN_DATA_DIR")
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -346,10 +347,15 @@ fn admin_commands_manage_tenants_keys_and_policy() {
         "5",
         "--breaker-window",
         "2m",
+        "--receipt-ttl",
+        "90s",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("5m") && out.contains("true"), "{out}");
     assert!(out.contains("5 rejections in 2m"), "{out}");
+    assert!(out.contains("receipts valid for          1m 30s"), "{out}");
+    let (ok, _, err) = run(&["admin", "tenant", "set", "acme", "--receipt-ttl", "2days"]);
+    assert!(!ok && err.contains("receipt_ttl_ms"), "{err}");
     let (ok, out, err) = run(&[
         "admin",
         "breaker",
@@ -425,6 +431,7 @@ fn an_api_process_and_a_worker_process_share_the_embedded_database() {
         .current_dir(dir.path())
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -782,6 +789,7 @@ fn refused_start(dir: &Path, extra: &[&str]) -> String {
         .env_remove("COUNTERSIGN_DATA_DIR")
         .env_remove("COUNTERSIGN_SIGNING_KEY")
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -906,6 +914,7 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
         .env_remove("COUNTERSIGN_DATA_DIR")
         .env_remove("NO_COLOR")
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log_path).unwrap())
@@ -978,27 +987,41 @@ fn on_call_puts_a_route_reads_the_inbox_and_approves_or_denies_from_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path());
     let admin_key = admin_key(dir.path());
-    let mint = |role: &str, name: &str, person: Option<&str>| {
+    let mint_with = |role: &str, name: &str, person: Option<&str>, extra: &[&str]| {
         let mut args = vec![
             "admin", "key", "create", "--tenant", "default", "--role", role, "--name", name,
         ];
         if let Some(person) = person {
             args.extend(["--person", person]);
         }
+        args.extend(extra);
         let (ok, key, err) = countersign(dir.path(), &args, &[]);
         assert!(ok, "{err}");
         key.trim().to_owned()
     };
+    let mint = |role: &str, name: &str, person: Option<&str>| mint_with(role, name, person, &[]);
     let sam = mint("coordinator", "sre-bot", Some("sam@example.com"));
     let ann = mint("oncall", "ann", Some("ann@example.com"));
     let bob = mint("oncall", "bob", Some("bob@example.com"));
     let nobody = mint("oncall", "pager", None);
+    // An agent key records the person it acts for.
+    mint_with(
+        "coordinator",
+        "dave-bot",
+        Some("dave@example.com"),
+        &["--agent"],
+    );
     let (ok, out, err) = countersign(
         dir.path(),
         &["admin", "key", "list", "--tenant", "default"],
         &[],
     );
     assert!(ok, "{err}");
+    let bots = out
+        .lines()
+        .find(|l| l.contains(" dave-bot "))
+        .unwrap_or_default();
+    assert!(bots.contains("dave@example.com"), "{out}");
     let anns = out
         .lines()
         .find(|l| l.contains(" ann "))
@@ -1129,6 +1152,53 @@ fn on_call_puts_a_route_reads_the_inbox_and_approves_or_denies_from_the_cli() {
     assert!(
         out.contains("escalated") && out.contains("agreed in #inc-7"),
         "{out}"
+    );
+
+    // What waits for ann is what she has not voted on; --all is everything.
+    let listed = |key: &str, args: &[&str]| {
+        let (code, out, err) = run(key, args);
+        assert_eq!(code, Some(0), "{args:?}: {out}{err}");
+        out
+    };
+    let lines_with = |out: &str, id: &str| out.lines().filter(|l| l.contains(id)).count();
+    let anns = listed(&ann, &["inbox"]);
+    assert_eq!(
+        (lines_with(&anns, &approved), lines_with(&anns, &denied)),
+        (0, 1),
+        "{anns}"
+    );
+    let all = listed(&ann, &["inbox", "--all"]);
+    let line = all
+        .lines()
+        .find(|l| l.contains(&approved))
+        .unwrap_or_default();
+    assert!(
+        line.contains("1 of 2 approvals (ann@example.com)") && line.contains("left"),
+        "{all}"
+    );
+    assert_eq!(lines_with(&all, &denied), 1, "{all}");
+    let bobs: Vec<serde_json::Value> = listed(&bob, &["inbox", "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(bobs.len(), 2, "{bobs:?}");
+    let secs = bobs[0]["expires_in_seconds"].as_i64().unwrap();
+    assert!((1..=1800).contains(&secs), "{bobs:?}");
+    // sam submitted both: nothing waits for him, though both are open.
+    let sams = listed(&sam, &["inbox"]);
+    assert!(sams.contains("nothing waits for you"), "{sams}");
+    assert_eq!(listed(&sam, &["inbox", "--all"]).lines().count(), 2);
+    let on_two = listed(&sam, &["inbox", "--all", "--target", "node-02"]);
+    assert_eq!(
+        (lines_with(&on_two, &approved), lines_with(&on_two, &denied)),
+        (0, 1),
+        "{on_two}"
+    );
+    let (code, _, err) = run(&ann, &["inbox", "--action", "Host_*"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("INVALID_ARGUMENT") && err.contains("action"),
+        "{err}"
     );
     let (code, out, err) = run(&bob, &["approve", &approved, "--json"]);
     assert_eq!(code, Some(0), "{out}{err}");

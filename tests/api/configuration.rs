@@ -59,6 +59,7 @@ fn a_flag_beats_the_environment_which_beats_the_file_in_the_real_binary() {
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env_remove("COUNTERSIGN_REDIS_URL")
         .env_remove("COUNTERSIGN_METRICS_LISTEN")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .current_dir(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -218,10 +219,14 @@ fn serve(dir: &Path, args: &[&str]) -> Command {
         .args(args)
         .current_dir(dir)
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (name, _) in std::env::vars() {
-        if name.starts_with("COUNTERSIGN_") && name != "COUNTERSIGN_METRICS_LISTEN" {
+        if name.starts_with("COUNTERSIGN_")
+            && name != "COUNTERSIGN_METRICS_LISTEN"
+            && name != "COUNTERSIGN_CONSOLE_LISTEN"
+        {
             command.env_remove(name);
         }
     }

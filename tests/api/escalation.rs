@@ -11,15 +11,15 @@ use countersign_domain::{
     escalation::{AGENT_AWAITING_HUMAN, AGENT_HUMAN_APPROVED},
 };
 use countersign_proto::v1::{
-    self, DecisionOutcome, EventKind, GetDecisionRequest, ProposalState, Verdict, VerifyLogRequest,
-    WatchRequest, audit_service_client::AuditServiceClient,
+    self, DecisionOutcome, EventKind, GetDecisionRequest, ListEscalationsRequest, ProposalState,
+    Verdict, VerifyLogRequest, WatchRequest, audit_service_client::AuditServiceClient,
 };
 use countersign_test_support::fixtures::wire_spec_on;
 use tonic::Code;
 
 use crate::escalation_support::{
-    ANN, BOB, Backend, Scene, TENANT, WAIT, expiring, human_gate, on_both_backends, person_key,
-    refused, resolve, route, state, until_event, wait_for,
+    ANN, BOB, Backend, CAROL, Scene, TENANT, WAIT, collect, escalations, expiring, human_gate,
+    on_both_backends, person_key, refused, resolve, route, state, until_event, wait_for,
 };
 
 on_both_backends!(
@@ -42,6 +42,9 @@ on_both_backends!(
     escalations_survive_a_restart_and_expire_on_time,
     an_agent_sees_awaiting_human_approval_then_the_terse_outcome_never_votes,
     the_decision_log_records_the_votes_and_verify_log_covers_them,
+    the_inbox_filters_by_action_target_route_operator_and_what_awaits_the_caller,
+    a_bad_inbox_filter_is_refused_naming_its_field,
+    a_resumed_watch_replays_each_event_of_an_escalation_as_it_went_out_live,
 );
 
 /// `key`'s `verdict` on `id` is refused PERMISSION_DENIED naming the
@@ -132,6 +135,17 @@ async fn a_key_without_a_person_may_not_vote(backend: Backend) {
     }
     let blank = person_key(scene.app(), TENANT, Role::Oncall, Some("   "), false).await;
     denied(&scene, &blank, &id, Verdict::Approve, "person").await;
+
+    // Without a person a key still submits and watches.
+    let bot = person_key(scene.app(), TENANT, Role::Coordinator, None, false).await;
+    let submitted = scene.escalate_as(&bot, "n2").await;
+    let proposal = scene.app().get(&bot, &submitted).await.unwrap();
+    assert_eq!(proposal.submitted_by_person, "", "{proposal:?}");
+    let mut stream = scene.watch_from_start(&bot).await;
+    until_event(&mut stream, &submitted, EventKind::Escalated).await;
+    denied(&scene, &bot, &submitted, Verdict::Reject, "person").await;
+    let approved = scene.approve(&scene.ann, &submitted).await.unwrap();
+    assert_eq!(state(&approved), ProposalState::Approved, "{approved:?}");
 }
 
 async fn an_auditor_may_not_vote(backend: Backend) {
@@ -270,10 +284,22 @@ async fn two_distinct_people_approve_a_quorum_of_two(backend: Backend) {
     let waiting = one.decision.as_ref().unwrap();
     assert_eq!(waiting.outcome, DecisionOutcome::Unspecified as i32);
     assert!(waiting.reason.contains("1 of 2 approvals"), "{waiting:?}");
+    // The inbox shows the proposal, its gate results, the route, the votes
+    // so far and when it expires.
     let inbox = scene.inbox(&scene.bob).await;
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0].approvals_required, 2);
     assert_eq!(inbox[0].votes.len(), 1);
+    assert_eq!(inbox[0].votes[0].person, ANN);
+    assert_eq!(inbox[0].route_id, "r");
+    assert!(inbox[0].expires_at.is_some());
+    let shown = inbox[0].proposal.as_ref().unwrap();
+    assert_eq!(
+        (shown.id.as_str(), state(shown)),
+        (id.as_str(), ProposalState::Escalated)
+    );
+    let gates = &shown.decision.as_ref().unwrap().gates;
+    assert_eq!(gates.len(), 5, "{gates:?}");
 
     let two = scene.approve(&scene.bob, &id).await.unwrap();
     assert_eq!(state(&two), ProposalState::Approved, "{two:?}");
@@ -350,17 +376,7 @@ async fn votes_and_the_escalation_are_events_on_the_watch_stream(backend: Backen
     let id = scene.escalate("n1").await;
     scene.approve(&scene.ann, &id).await.unwrap();
     scene.approve(&scene.bob, &id).await.unwrap();
-    let mut stream = scene
-        .app()
-        .watch(
-            &scene.carol,
-            WatchRequest {
-                after_cursor: Some(0),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut stream = scene.watch_from_start(&scene.carol).await;
     let mut kinds = Vec::new();
     while kinds.last() != Some(&EventKind::Approved) {
         let n = tokio::time::timeout(WAIT, stream.message())
@@ -535,17 +551,7 @@ async fn an_agent_sees_awaiting_human_approval_then_the_terse_outcome_never_vote
         assert!(decision.gates.is_empty() && decision.votes.is_empty());
         assert!(!format!("{decision:?}").contains("secret"), "{decision:?}");
     }
-    let mut stream = scene
-        .app()
-        .watch(
-            &bot,
-            WatchRequest {
-                after_cursor: Some(0),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut stream = scene.watch_from_start(&bot).await;
     let mut seen_end = 0;
     while seen_end < 2 {
         let n = tokio::time::timeout(WAIT, stream.message())
@@ -634,4 +640,277 @@ async fn the_decision_log_records_the_votes_and_verify_log_covers_them(backend: 
             "{report:?}"
         );
     }
+}
+
+/// The proposal ids of `escalations`, in their order.
+fn ids_of(escalations: &[v1::Escalation]) -> Vec<String> {
+    escalations
+        .iter()
+        .map(|e| e.proposal.as_ref().unwrap().id.clone())
+        .collect()
+}
+
+async fn the_inbox_filters_by_action_target_route_operator_and_what_awaits_the_caller(
+    backend: Backend,
+) {
+    let scene = Scene::new(backend, route("r", 2)).await;
+    let all = [
+        scene.escalate("n1").await,
+        scene.escalate("n2").await,
+        scene.escalate("n3").await,
+    ];
+    scene.approve(&scene.ann, &all[1]).await.unwrap();
+    let agent = person_key(
+        scene.app(),
+        TENANT,
+        Role::Oncall,
+        Some("dee@example.com"),
+        true,
+    )
+    .await;
+    let auditor = person_key(
+        scene.app(),
+        TENANT,
+        Role::Auditor,
+        Some("eve@example.com"),
+        false,
+    )
+    .await;
+    let nobody = person_key(scene.app(), TENANT, Role::Oncall, None, false).await;
+    let other_tenant = person_key(
+        scene.app(),
+        "other",
+        Role::Oncall,
+        Some("fay@example.com"),
+        false,
+    )
+    .await;
+    let awaiting = ListEscalationsRequest {
+        awaiting_me: true,
+        ..Default::default()
+    };
+    let only = |n: &[usize]| n.iter().map(|&i| all[i].clone()).collect::<Vec<_>>();
+    let cases: Vec<(&str, ListEscalationsRequest, Vec<String>)> = vec![
+        (
+            &scene.carol,
+            ListEscalationsRequest::default(),
+            only(&[0, 1, 2]),
+        ),
+        (
+            &scene.carol,
+            ListEscalationsRequest {
+                action: "host_*".into(),
+                ..Default::default()
+            },
+            only(&[0, 1, 2]),
+        ),
+        (
+            &scene.carol,
+            ListEscalationsRequest {
+                action: "db_*".into(),
+                ..Default::default()
+            },
+            only(&[]),
+        ),
+        (
+            &scene.carol,
+            ListEscalationsRequest {
+                target: "n2".into(),
+                ..Default::default()
+            },
+            only(&[1]),
+        ),
+        (
+            &scene.carol,
+            ListEscalationsRequest {
+                route_id: "other".into(),
+                ..Default::default()
+            },
+            only(&[]),
+        ),
+        (
+            &scene.carol,
+            ListEscalationsRequest {
+                route_id: "r".into(),
+                operator: " OP-N3".into(),
+                ..Default::default()
+            },
+            only(&[2]),
+        ),
+        // ann voted on the second; sam submitted them all.
+        (&scene.ann, awaiting.clone(), only(&[0, 2])),
+        (&scene.bob, awaiting.clone(), only(&[0, 1, 2])),
+        (&scene.sam, awaiting.clone(), only(&[])),
+        (
+            &scene.sam,
+            ListEscalationsRequest::default(),
+            only(&[0, 1, 2]),
+        ),
+        (&agent, awaiting.clone(), only(&[])),
+        (&auditor, awaiting.clone(), only(&[])),
+        (&nobody, awaiting.clone(), only(&[])),
+        (&other_tenant, awaiting.clone(), only(&[])),
+        (
+            &scene.ann,
+            ListEscalationsRequest {
+                target: "n3".into(),
+                ..awaiting.clone()
+            },
+            only(&[2]),
+        ),
+    ];
+    for (key, filter, expected) in cases {
+        let shown = format!("{filter:?}");
+        for page_size in [0, 1] {
+            let filter = ListEscalationsRequest {
+                page_size,
+                ..filter.clone()
+            };
+            let listed = scene.inbox_where(key, filter).await.unwrap();
+            assert_eq!(ids_of(&listed), expected, "{shown}, pages of {page_size}");
+        }
+    }
+
+    // A page of one carries on after the last it held; the last page has no token.
+    let mut client = escalations(scene.app(), &scene.ann).await;
+    let first = client
+        .list_escalations(ListEscalationsRequest {
+            page_size: 1,
+            ..awaiting.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids_of(&first.escalations), only(&[0]));
+    assert!(!first.next_page_token.is_empty());
+    let second = client
+        .list_escalations(ListEscalationsRequest {
+            page_size: 1,
+            page_token: first.next_page_token,
+            ..awaiting.clone()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids_of(&second.escalations), only(&[2]));
+    assert!(second.next_page_token.is_empty(), "{second:?}");
+
+    // Once bob votes, the escalation leaves his inbox; decided, everyone's.
+    scene.approve(&scene.bob, &all[0]).await.unwrap();
+    let bobs = scene
+        .inbox_where(&scene.bob, awaiting.clone())
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&bobs), only(&[1, 2]));
+    scene.approve(&scene.carol, &all[0]).await.unwrap();
+    let anns = scene
+        .inbox_where(&scene.ann, awaiting.clone())
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&anns), only(&[2]));
+}
+
+async fn a_bad_inbox_filter_is_refused_naming_its_field(backend: Backend) {
+    let scene = Scene::new(backend, route("r", 1)).await;
+    scene.escalate("n1").await;
+    let cases = [
+        (
+            ListEscalationsRequest {
+                action: "Host_*".into(),
+                ..Default::default()
+            },
+            "action",
+        ),
+        (
+            ListEscalationsRequest {
+                action: "a".repeat(129),
+                ..Default::default()
+            },
+            "action",
+        ),
+        (
+            ListEscalationsRequest {
+                target: "n1\n".into(),
+                ..Default::default()
+            },
+            "target",
+        ),
+        (
+            ListEscalationsRequest {
+                route_id: "r 1".into(),
+                ..Default::default()
+            },
+            "route_id",
+        ),
+        (
+            ListEscalationsRequest {
+                operator: " ".into(),
+                awaiting_me: true,
+                ..Default::default()
+            },
+            "operator",
+        ),
+    ];
+    for (filter, field) in cases {
+        let status = crate::helpers::assert_code(
+            scene.inbox_where(&scene.ann, filter.clone()).await,
+            Code::InvalidArgument,
+        );
+        assert!(
+            status.message().starts_with(&format!("{field}: ")),
+            "{filter:?}: {status:?}"
+        );
+    }
+}
+
+/// Each ESCALATED and VOTE event shows the votes as they stood at it: live,
+/// where the next vote waits for the event before it, and in a replay made
+/// after every vote, which carries exactly what went out live.
+async fn a_resumed_watch_replays_each_event_of_an_escalation_as_it_went_out_live(backend: Backend) {
+    let scene = Scene::new(backend, route("r", 3)).await;
+    let mut stream = scene.watch_live(&scene.admin).await;
+    let id = scene.escalate("n1").await;
+    let mut live = Vec::new();
+    collect(&mut stream, &id, EventKind::Escalated, &mut live).await;
+    for voter in [&scene.ann, &scene.bob] {
+        scene.approve(voter, &id).await.unwrap();
+        collect(&mut stream, &id, EventKind::Vote, &mut live).await;
+    }
+    scene.approve(&scene.carol, &id).await.unwrap();
+    collect(&mut stream, &id, EventKind::Approved, &mut live).await;
+
+    let waiting: Vec<(i32, Vec<String>)> = live
+        .iter()
+        .filter(|n| [EventKind::Escalated as i32, EventKind::Vote as i32].contains(&n.event))
+        .map(|n| {
+            let decision = n.proposal.as_ref().unwrap().decision.as_ref().unwrap();
+            let people = decision.votes.iter().map(|v| v.person.clone()).collect();
+            (n.event, people)
+        })
+        .collect();
+    let (escalated, vote) = (EventKind::Escalated as i32, EventKind::Vote as i32);
+    assert_eq!(
+        waiting,
+        [
+            (escalated, vec![]),
+            (vote, vec![ANN.to_owned()]),
+            (vote, vec![ANN.to_owned(), BOB.to_owned()]),
+            (vote, vec![ANN.to_owned(), BOB.to_owned(), CAROL.to_owned()]),
+        ]
+    );
+
+    let mut replay = scene
+        .app()
+        .watch(
+            &scene.admin,
+            WatchRequest {
+                after_cursor: Some(live[0].cursor - 1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut replayed = Vec::new();
+    collect(&mut replay, &id, EventKind::Approved, &mut replayed).await;
+    assert_eq!(replayed, live);
 }

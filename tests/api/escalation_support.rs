@@ -333,6 +333,21 @@ impl Scene {
             .expect("Watch")
     }
 
+    /// The tenant's review stream from its start (a replay, then live), as
+    /// `key` watches it.
+    pub async fn watch_from_start(&self, key: &str) -> Streaming<v1::Notification> {
+        self.app()
+            .watch(
+                key,
+                v1::WatchRequest {
+                    after_cursor: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("Watch")
+    }
+
     /// [`Scene::escalate_as`] submitted by sam.
     pub async fn escalate(&self, target: &str) -> String {
         self.escalate_as(&self.sam, target).await
@@ -358,21 +373,32 @@ impl Scene {
 
     /// The tenant's open escalations, as `key` sees them, every page.
     pub async fn inbox(&self, key: &str) -> Vec<v1::Escalation> {
+        self.inbox_where(key, ListEscalationsRequest::default())
+            .await
+            .expect("ListEscalations")
+    }
+
+    /// The open escalations `filter` (a request: its filters and page size)
+    /// keeps, as `key` sees them, every page.
+    pub async fn inbox_where(
+        &self,
+        key: &str,
+        filter: ListEscalationsRequest,
+    ) -> Result<Vec<v1::Escalation>, Status> {
         let mut client = escalations(self.app(), key).await;
         let mut all = Vec::new();
         let mut page_token = String::new();
         loop {
             let page = client
                 .list_escalations(ListEscalationsRequest {
-                    page_size: 0,
                     page_token,
+                    ..filter.clone()
                 })
-                .await
-                .expect("ListEscalations")
+                .await?
                 .into_inner();
             all.extend(page.escalations);
             if page.next_page_token.is_empty() {
-                return all;
+                return Ok(all);
             }
             page_token = page.next_page_token;
         }
@@ -401,13 +427,29 @@ pub async fn resolve(
 /// observers (the suppression cache) have seen it too, as the fan-out hands
 /// each event to them before the watchers.
 pub async fn until_event(stream: &mut Streaming<v1::Notification>, id: &str, kind: EventKind) {
+    collect(stream, id, kind, &mut Vec::new()).await;
+}
+
+/// Reads `stream` until `id`'s event `kind`, keeping every notification of
+/// `id` on the way (heartbeats and other proposals' events left out).
+pub async fn collect(
+    stream: &mut Streaming<v1::Notification>,
+    id: &str,
+    kind: EventKind,
+    into: &mut Vec<v1::Notification>,
+) {
     loop {
         let n = tokio::time::timeout(WAIT, stream.message())
             .await
             .unwrap_or_else(|_| panic!("no {kind:?} of {id} in time"))
             .expect("the stream stays healthy")
             .expect("the stream stays open");
-        if n.event == kind as i32 && n.proposal.is_some_and(|p| p.id == id) {
+        if n.proposal.as_ref().is_none_or(|p| p.id != id) {
+            continue;
+        }
+        let reached = n.event == kind as i32;
+        into.push(n);
+        if reached {
             return;
         }
     }

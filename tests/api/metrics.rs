@@ -12,8 +12,14 @@ use std::{
 
 use countersign::client::BearerAuth;
 use countersign_proto::v1::{
-    SubmitRequest, WatchRequest, notification_service_client::NotificationServiceClient,
-    proposal_service_client::ProposalServiceClient,
+    self, PutModelProfileRequest, PutSopRequest, PutTargetRequest, SubmitRequest, WatchRequest,
+    notification_service_client::NotificationServiceClient,
+    policy_service_client::PolicyServiceClient, proposal_service_client::ProposalServiceClient,
+    sop_service_client::SopServiceClient, target_service_client::TargetServiceClient,
+};
+use countersign_test_support::{
+    fake_model::{Answer, FakeModel},
+    fixtures,
 };
 use tonic::transport::Channel;
 use tonic_health::pb::{
@@ -37,9 +43,16 @@ impl Drop for Served {
 }
 
 fn serve(dir: &Path, role: &str) -> Served {
+    serve_with(dir, role, &[])
+}
+
+/// [`serve`] with more flags.
+fn serve_with(dir: &Path, role: &str, flags: &[&std::ffi::OsStr]) -> Served {
     let mut child = Command::new(BIN)
         .args(["serve", "--role", role, "--listen", "127.0.0.1:0"])
+        .args(flags)
         .args(["--metrics-listen", "127.0.0.1:0", "--reviewers", "2"])
+        .args(["--console-listen", "127.0.0.1:0"])
         .current_dir(dir)
         .env_remove("COUNTERSIGN_DATABASE_URL")
         .env_remove("COUNTERSIGN_REDIS_URL")
@@ -147,7 +160,10 @@ async fn submit_rejected(
         spec.target = format!("unknown-{round}-{i}");
         spec.operator = format!("op-{round}-{i}");
         let id = client
-            .submit(SubmitRequest { spec: Some(spec) })
+            .submit(SubmitRequest {
+                spec: Some(spec),
+                ..Default::default()
+            })
             .await
             .expect("Submit answers OK")
             .into_inner()
@@ -267,6 +283,7 @@ async fn the_worker_role_answers_health_checks_and_refuses_the_proposal_service(
     let refused = client
         .submit(SubmitRequest {
             spec: Some(crate::helpers::valid_spec()),
+            ..Default::default()
         })
         .await
         .expect_err("a worker serves no API");
@@ -310,6 +327,7 @@ async fn refused_credentials_and_undecodable_requests_are_counted_by_their_codes
         let status = stranger
             .submit(SubmitRequest {
                 spec: Some(crate::helpers::valid_spec()),
+                ..Default::default()
             })
             .await
             .expect_err("an unknown key is refused");
@@ -472,7 +490,10 @@ async fn escalations_are_counted_opened_resolved_by_verdict_expired_and_open_by_
         spec.target = node.into();
         spec.operator = format!("op-{node}");
         let submitted = client
-            .submit(SubmitRequest { spec: Some(spec) })
+            .submit(SubmitRequest {
+                spec: Some(spec),
+                ..Default::default()
+            })
             .await
             .unwrap();
         ids.push(submitted.into_inner().proposal.unwrap().id);
@@ -544,4 +565,111 @@ async fn escalations_are_counted_opened_resolved_by_verdict_expired_and_open_by_
         ),
         "buckets up to a day"
     );
+}
+
+#[tokio::test]
+async fn model_reviews_are_counted_by_tenant_endpoint_and_verdict_with_their_latency_and_tokens() {
+    let fake = FakeModel::start(|_| Answer::Completion(r#"{"verdict": "approve"}"#.into())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("countersign.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[model.endpoints]]\nname = \"local\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let served = serve_with(
+        dir.path(),
+        "all",
+        &["--config".as_ref(), config.as_os_str()],
+    );
+    let key = std::fs::read_to_string(dir.path().join("countersign-data/admin.key")).unwrap();
+    let auth = BearerAuth::new(key.trim()).unwrap();
+    let channel = channel(&served.grpc).await;
+    SopServiceClient::with_interceptor(channel.clone(), auth.clone())
+        .put_sop(PutSopRequest {
+            sop: Some(fixtures::wire_sop("SOP-007")),
+        })
+        .await
+        .unwrap();
+    TargetServiceClient::with_interceptor(channel.clone(), auth.clone())
+        .put_target(PutTargetRequest {
+            target: Some(v1::Target {
+                id: "node-01".into(),
+                status: v1::TargetStatus::Online as i32,
+                labels: fixtures::production().into_iter().collect(),
+                updated_at: None,
+            }),
+        })
+        .await
+        .unwrap();
+    PolicyServiceClient::with_interceptor(channel.clone(), auth.clone())
+        .put_model_profile(PutModelProfileRequest {
+            profile: Some(v1::ModelProfile {
+                id: "everything".into(),
+                r#match: Some(v1::RouteMatch::default()),
+                endpoint: "local".into(),
+                on_unsure: v1::OnUnsure::Reject as i32,
+                calls_per_minute: 0,
+            }),
+        })
+        .await
+        .unwrap();
+    let mut client = ProposalServiceClient::with_interceptor(channel, auth);
+    let id = client
+        .submit(SubmitRequest {
+            spec: Some(crate::helpers::valid_spec()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .proposal
+        .unwrap()
+        .id;
+    let mut request = tonic::Request::new(v1::AwaitDecisionRequest { id });
+    request.set_timeout(Duration::from_secs(20));
+    let decided = client.await_decision(request).await.unwrap().into_inner();
+    assert_eq!(
+        decided.state,
+        v1::ProposalState::Approved as i32,
+        "{decided:?}"
+    );
+
+    let samples = scrape(&served.metrics);
+    let labels = ["tenant=\"default\"", "endpoint=\"local\""];
+    let calls = [labels[0], labels[1], "verdict=\"approve\""];
+    assert_eq!(
+        sum(&samples, "countersign_model_calls_total", &calls),
+        1.0,
+        "{samples:?}"
+    );
+    for (kind, tokens) in [
+        ("prompt", 100.0),
+        ("completion", 10.0),
+        ("cached_prompt", 64.0),
+    ] {
+        let kind = format!("kind=\"{kind}\"");
+        let tokens_of = [labels[0], labels[1], kind.as_str()];
+        assert_eq!(
+            sum(&samples, "countersign_model_tokens_total", &tokens_of),
+            tokens,
+            "{kind}"
+        );
+    }
+    assert_eq!(
+        sum(
+            &samples,
+            "countersign_model_call_duration_seconds_count",
+            &[labels[1]]
+        ),
+        1.0
+    );
+    assert!(has(
+        &samples,
+        "countersign_model_call_duration_seconds_bucket",
+        &["le=\"+Inf\""]
+    ));
 }

@@ -12,8 +12,8 @@ use tonic::Code;
 
 use crate::{
     escalation_support::{
-        Backend, Scene, TENANT, on_both_backends, person_key, policy, put_route, route, state,
-        until_event, wait_for,
+        Backend, Scene, TENANT, expiring, human_gate, on_both_backends, person_key, policy,
+        put_route, route, state, until_event, wait_for,
     },
     helpers::assert_code,
 };
@@ -25,6 +25,8 @@ on_both_backends!(
     escalate_on_is_read_literally_and_never_covers_an_offline_target,
     the_final_approval_rejects_when_the_target_moved_meanwhile,
     an_escalated_proposal_blocks_an_overlapping_one_like_a_pending_one,
+    where_several_routes_match_the_strictest_applies_and_the_decision_names_it,
+    the_final_approval_rejects_when_the_sop_changed_meanwhile,
 );
 
 async fn admins_alone_put_list_and_delete_routes_within_their_tenant(backend: Backend) {
@@ -325,4 +327,75 @@ async fn an_escalated_proposal_blocks_an_overlapping_one_like_a_pending_one(back
         .find(|g| g.gate == "no_parallel_operation")
         .unwrap();
     assert!(!gate.passed && gate.detail.contains(&id), "{gate:?}");
+}
+
+/// Of the routes that match, the one with the most approvals applies, and of
+/// those the one expiring soonest: the escalation takes its terms and the
+/// decision names it.
+async fn where_several_routes_match_the_strictest_applies_and_the_decision_names_it(
+    backend: Backend,
+) {
+    let hour = std::time::Duration::from_secs(3600);
+    let scene = Scene::new(backend, expiring(route("lax", 1), hour)).await;
+    for laxer in [
+        expiring(route("strict", 2), hour),
+        expiring(route("slower", 2), 3 * hour),
+    ] {
+        put_route(scene.app(), &scene.admin, laxer).await;
+    }
+    let id = scene.escalate("n1").await;
+    let waiting = scene.app().get(&scene.sam, &id).await.unwrap();
+    assert_eq!(waiting.decision.unwrap().route_id, "strict");
+    let inbox = scene.inbox(&scene.ann).await;
+    let open = inbox
+        .iter()
+        .find(|e| e.proposal.as_ref().unwrap().id == id)
+        .unwrap();
+    assert_eq!(
+        (open.route_id.as_str(), open.approvals_required),
+        ("strict", 2)
+    );
+    let (opened, expires) = (
+        open.proposal.as_ref().unwrap().updated_at.unwrap(),
+        open.expires_at.unwrap(),
+    );
+    let ms = |t: prost_types::Timestamp| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000;
+    // Opened when the review ended, moments before the proposal moved.
+    let left = ms(expires) - ms(opened);
+    assert!(
+        (3_590_000..=3_600_000).contains(&left),
+        "{left} ms: {open:?}"
+    );
+
+    let one = scene.approve(&scene.ann, &id).await.unwrap();
+    assert_eq!(state(&one), ProposalState::Escalated, "one of two: {one:?}");
+    let decided = scene.approve(&scene.bob, &id).await.unwrap();
+    assert_eq!(state(&decided), ProposalState::Approved, "{decided:?}");
+    assert_eq!(decided.decision.as_ref().unwrap().route_id, "strict");
+    assert!(
+        human_gate(&decided).detail.contains("approved by ann"),
+        "{decided:?}"
+    );
+}
+
+async fn the_final_approval_rejects_when_the_sop_changed_meanwhile(backend: Backend) {
+    let scene = Scene::new(backend, route("r", 2)).await;
+    let id = scene.escalate("n1").await;
+    scene.approve(&scene.ann, &id).await.unwrap();
+    let mut sop = countersign_test_support::fixtures::sop();
+    sop.rollback_path = "systemctl restart nginx --no-block".into();
+    scene.app().store.put_sop(TENANT, sop).await.unwrap();
+    let decided = scene.approve(&scene.bob, &id).await.unwrap();
+    assert_eq!(state(&decided), ProposalState::Rejected, "{decided:?}");
+    assert!(
+        human_gate(&decided).passed,
+        "the people approved: {decided:?}"
+    );
+    let decision = decided.decision.unwrap();
+    let moved = decision.gates.iter().find(|g| g.gate == "sop").unwrap();
+    assert!(
+        !moved.passed && moved.detail.contains("SOP-007"),
+        "{decision:?}"
+    );
+    assert!(decision.reason.contains("sop: "), "{decision:?}");
 }

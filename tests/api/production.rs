@@ -83,6 +83,7 @@ async fn serve_on_postgres_without_a_redis_url_refuses_to_start() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_countersign"))
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(["--console-listen", "127.0.0.1:0"])
         .current_dir(dir.path())
         .env_remove("COUNTERSIGN_REDIS_URL")
         .env("COUNTERSIGN_DATABASE_URL", &db.app_url)

@@ -243,6 +243,7 @@ pub fn serve_as(
         .env("COUNTERSIGN_OUTBOX_SWEEP", "300ms")
         .env("COUNTERSIGN_CREDENTIAL_CACHE_TTL", "0s")
         .env("COUNTERSIGN_METRICS_LISTEN", "127.0.0.1:0")
+        .env("COUNTERSIGN_CONSOLE_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(log);
@@ -285,7 +286,10 @@ pub async fn client(server: &Server, key: &str) -> Client {
 
 pub async fn submit(client: &mut Client, spec: ProposalSpec) -> String {
     client
-        .submit(SubmitRequest { spec: Some(spec) })
+        .submit(SubmitRequest {
+            spec: Some(spec),
+            ..Default::default()
+        })
         .await
         .expect("Submit answers OK")
         .into_inner()

@@ -144,6 +144,7 @@ async fn submit_answer(client: &mut Client, target: &str) -> SubmitResponse {
     client
         .submit(SubmitRequest {
             spec: Some(spec(target)),
+            ..Default::default()
         })
         .await
         .expect("Submit")
@@ -339,5 +340,151 @@ async fn a_tenant_flooding_the_queue_does_not_hold_back_another_tenants_proposal
     assert!(
         flood_left >= (FLOOD as u64) * 9 / 10,
         "the quiet tenant was served before 10% of the flood: {flood_left} left"
+    );
+}
+
+/// Human countersignature across replicas: proposals escalated by a worker
+/// process, and two people's first votes on each cast at once through
+/// different api processes. Each proposal is decided exactly once (the other
+/// vote is FAILED_PRECONDITION naming the outcome), and both apis stream its
+/// ESCALATED, its one VOTE and its one decision.
+#[tokio::test]
+async fn concurrent_votes_through_two_api_replicas_decide_each_escalation_once() {
+    use countersign_domain::escalation::{RouteInput, validate_route};
+    use countersign_proto::v1::{
+        ResolveRequest, Verdict, escalation_service_client::EscalationServiceClient,
+    };
+    use countersign_store::NewApiKey;
+
+    let db = Database::migrated().await;
+    let store = db.store().await;
+    seed(&store).await;
+    let route = validate_route(RouteInput {
+        id: "r".into(),
+        approvals_required: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    store.put_route("acme", &route).await.unwrap();
+    let mut keys = HashMap::new();
+    for (person, role) in [
+        ("sam@example.com", Role::Coordinator),
+        ("ann@example.com", Role::Oncall),
+        ("bob@example.com", Role::Oncall),
+    ] {
+        let (_, key) = store
+            .create_api_key(NewApiKey {
+                tenant: "acme".into(),
+                name: random_name("key-"),
+                role,
+                agent: false,
+                person: Some(person.into()),
+            })
+            .await
+            .unwrap();
+        keys.insert(person, key);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let redis = env_url("COUNTERSIGN_TEST_REDIS_URL");
+    let prefix = random_name("cs-test-");
+    let backend = backend(&db, &redis, &prefix);
+    let api_a = serve_as(dir.path(), "api-a", "api", &backend, &[]);
+    let api_b = serve_as(dir.path(), "api-b", "api", &backend, &[]);
+    let _worker = serve_as(dir.path(), "worker-1", "worker", &backend, &[]);
+    let sam = &keys["sam@example.com"];
+    let mut watch_a = watch(&api_a, sam).await;
+    let mut watch_b = watch(&api_b, sam).await;
+    let mut submitter = client(&api_a, sam).await;
+
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        // A target each: an escalated proposal holds its target as a
+        // pending one does.
+        let target = format!("r-{n}");
+        let mut labels: std::collections::BTreeMap<String, String> =
+            countersign_test_support::fixtures::production();
+        labels.insert("cluster".into(), format!("c-{n}"));
+        store
+            .put_target(
+                "acme",
+                &target,
+                countersign_domain::TargetStatus::Online,
+                labels,
+            )
+            .await
+            .unwrap();
+        ids.push(submit(&mut submitter, spec(&target)).await);
+    }
+    let deadline = Instant::now() + WITHIN;
+    for id in &ids {
+        while store.get_proposal("acme", id).await.unwrap().unwrap().state
+            != countersign_domain::ProposalState::Escalated
+        {
+            assert!(Instant::now() < deadline, "{id} never escalated");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    let voter = |server, person: &'static str| {
+        let key = keys[person].clone();
+        async move {
+            EscalationServiceClient::with_interceptor(
+                channel(server).await,
+                BearerAuth::new(&key).unwrap(),
+            )
+        }
+    };
+    let (mut ann, mut bob) = (
+        voter(&api_a, "ann@example.com").await,
+        voter(&api_b, "bob@example.com").await,
+    );
+    for id in &ids {
+        let ask = |verdict: Verdict| ResolveRequest {
+            proposal_id: id.clone(),
+            verdict: verdict as i32,
+            comment: String::new(),
+        };
+        let (a, b) = tokio::join!(
+            ann.resolve(ask(Verdict::Approve)),
+            bob.resolve(ask(Verdict::Reject))
+        );
+        let (won, lost) = match (a, b) {
+            (Ok(won), Err(lost)) | (Err(lost), Ok(won)) => (won.into_inner(), lost),
+            other => panic!("{id}: exactly one vote decides: {other:?}"),
+        };
+        let outcome = ProposalState::try_from(won.state).unwrap();
+        assert!(
+            matches!(outcome, ProposalState::Approved | ProposalState::Rejected),
+            "{won:?}"
+        );
+        assert_eq!(lost.code(), tonic::Code::FailedPrecondition, "{lost:?}");
+        let word = if outcome == ProposalState::Approved {
+            "approved"
+        } else {
+            "rejected"
+        };
+        assert!(lost.message().contains(word), "{id}: {lost:?}");
+    }
+
+    let ids: HashSet<String> = ids.into_iter().collect();
+    for (name, stream) in [("api-a", &mut watch_a), ("api-b", &mut watch_b)] {
+        let seen = follow_until_decided(stream, &ids).await;
+        for (id, events) in &seen {
+            let count = |kind| events.iter().filter(|(_, k)| *k == kind).count();
+            assert_eq!(count(EventKind::Escalated), 1, "{name}: {id}: {events:?}");
+            assert_eq!(count(EventKind::Vote), 1, "{name}: {id}: {events:?}");
+            assert_eq!(
+                count(EventKind::Approved) + count(EventKind::Rejected),
+                1,
+                "{name}: {id}: {events:?}"
+            );
+        }
+        assert_eq!(seen.len(), ids.len(), "{name} saw every proposal");
+    }
+    let decided = db.terminal_event_counts().await;
+    assert_eq!(decided.len(), ids.len(), "{decided:?}");
+    assert!(
+        decided.iter().all(|(_, n)| *n == 1),
+        "decided once: {decided:?}"
     );
 }

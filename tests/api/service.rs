@@ -90,7 +90,10 @@ async fn a_message_over_one_mebibyte_is_refused_and_nothing_is_stored() {
     spec.idempotency_key = "big".into();
     let mut client = app.client(&key).await;
     let status = client
-        .submit(SubmitRequest { spec: Some(spec) })
+        .submit(SubmitRequest {
+            spec: Some(spec),
+            ..Default::default()
+        })
         .await
         .expect_err("an oversized message must be refused");
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");

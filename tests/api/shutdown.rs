@@ -168,7 +168,10 @@ async fn sigterm_ends_watch_with_a_resume_cursor_exits_within_the_grace_and_a_re
                 let mut spec = valid_spec();
                 spec.target = format!("host-{submitter}-{n}");
                 spec.operator = format!("op-{submitter}-{n}");
-                let request = SubmitRequest { spec: Some(spec) };
+                let request = SubmitRequest {
+                    spec: Some(spec),
+                    ..Default::default()
+                };
                 match client.submit(request).await {
                     Ok(response) => accepted.push(response.into_inner().proposal.unwrap().id),
                     Err(_) => break,

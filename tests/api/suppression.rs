@@ -38,6 +38,23 @@ pub(crate) fn doomed() -> ProposalSpec {
     spec
 }
 
+/// Waits on a stream of terminal events for `id`'s, which must be a
+/// rejection. The fan-out hands each event to the suppression cache before
+/// any watcher, so once it is seen the cache has it.
+pub(crate) async fn until_rejected(stream: &mut tonic::Streaming<v1::Notification>, id: &str) {
+    loop {
+        let n = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("the decision on the stream")
+            .unwrap()
+            .expect("the stream stays open");
+        if n.proposal.as_ref().is_some_and(|p| p.id == id) {
+            assert_eq!(n.event, EventKind::Rejected as i32, "{:?}", n.proposal);
+            return;
+        }
+    }
+}
+
 /// Submits `spec`, waits for its rejection and for the suppression cache to
 /// have it. The fan-out hands each event to the cache before any watcher, so
 /// a watcher's REJECTED means the cache has it. (Retrying until a retry was
@@ -58,17 +75,7 @@ pub(crate) async fn rejected(app: &TestApp, key: &str, spec: ProposalSpec) -> St
         .await
         .unwrap();
     let id = app.submit_id(key, spec.clone()).await;
-    loop {
-        let n = tokio::time::timeout(WAIT, stream.message())
-            .await
-            .expect("the decision on the stream")
-            .unwrap()
-            .expect("the stream stays open");
-        if n.proposal.as_ref().is_some_and(|p| p.id == id) {
-            assert_eq!(n.event, EventKind::Rejected as i32, "{:?}", n.proposal);
-            break;
-        }
-    }
+    until_rejected(&mut stream, &id).await;
     let mut again = spec;
     again.idempotency_key.clear();
     let again = app.submit(key, again).await.unwrap();
@@ -359,6 +366,7 @@ async fn a_thousand_concurrent_identical_retries_cost_no_write_each() {
                 let r = client
                     .submit(v1::SubmitRequest {
                         spec: Some(doomed()),
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

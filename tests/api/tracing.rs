@@ -74,6 +74,7 @@ async fn submit_and_decide(app: &TestApp, traceparent: Option<String>) -> String
     let key = app.key("acme", Role::Coordinator).await;
     let mut request = tonic::Request::new(SubmitRequest {
         spec: Some(wire_spec()),
+        ..Default::default()
     });
     if let Some(traceparent) = traceparent {
         request

@@ -188,7 +188,10 @@ async fn a_submission_without_a_spec_is_refused() {
     let status = assert_code(
         app.client(&key)
             .await
-            .submit(SubmitRequest { spec: None })
+            .submit(SubmitRequest {
+                spec: None,
+                ..Default::default()
+            })
             .await,
         Code::InvalidArgument,
     );

@@ -58,7 +58,10 @@ async fn submit_many(app: &TestApp, key: &str, n: usize, clients: usize) -> Vec<
                 spec.parameters = None;
                 spec.reason = format!("change {i}");
                 let response = client
-                    .submit(countersign_proto::v1::SubmitRequest { spec: Some(spec) })
+                    .submit(countersign_proto::v1::SubmitRequest {
+                        spec: Some(spec),
+                        ..Default::default()
+                    })
                     .await
                     .expect("accepted");
                 ids.push(response.into_inner().proposal.unwrap().id);

@@ -45,6 +45,7 @@ TOML_KEYS = {
     "listen",
     "log.format",
     "metrics.listen",
+    "console.enabled",
     "shutdown.grace",
     "database.pool",
     "redis.prefix",
@@ -466,11 +467,35 @@ class TheConfigFile(RenderedScenarios):
                 values = self.expected(name)["config"]
                 self.assertEqual(config["listen"], f"0.0.0.0:{GRPC_PORT}")
                 self.assertEqual(config["metrics"]["listen"], f"0.0.0.0:{METRICS_PORT}")
+                self.assertEqual(config["console"], {"enabled": False})
                 self.assertEqual(config["log"], values["log"])
                 self.assertEqual(config["shutdown"], values["shutdown"])
                 self.assertEqual(config["database"], values["database"])
                 self.assertEqual(config["redis"], values["redis"])
                 self.assertEqual(config["review"], values["review"])
+
+    def test_the_console_is_off_unless_enabled_then_served_by_the_api_pods_only(self):
+        objects = render({"console": {"enabled": True, "sessionTtl": "2h"}})
+        config = tomllib.loads(named(objects, "ConfigMap", RELEASE)["data"]["countersign.toml"])
+        self.assertEqual(
+            config["console"],
+            {
+                "enabled": True,
+                "listen": "0.0.0.0:8080",
+                "session_ttl": "2h",
+                "secure_cookie": True,
+                "trust_forwarded_proto": False,
+            },
+        )
+        api = named(objects, "Deployment", f"{RELEASE}-api")
+        worker = named(objects, "Deployment", f"{RELEASE}-worker")
+        ports = lambda d: {p["name"]: p["containerPort"] for p in pod_spec(d)["containers"][0]["ports"]}
+        self.assertEqual(ports(api)["console"], 8080)
+        self.assertNotIn("console", ports(worker))
+        service = named(objects, "Service", f"{RELEASE}-api")
+        self.assertIn(("console", 8080, "console"), {(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]})
+        for kind, obj in (("Deployment", api), ("Service", service)):
+            kubernetes_validate.validate(obj, KUBERNETES, strict=True)
 
     def test_production_values_reach_the_config_file(self):
         config = tomllib.loads(

@@ -8,7 +8,8 @@ Each measures the same thing the same way: a closed loop of 32 clients, each
 waiting for its decision before it submits the next, every proposal built to
 be approved, against an embedded server (SQLite and the embedded queue)
 started for it on a fresh data directory, after a warm-up that is not counted. First `countersign-bench submit-decide
---reject-ratio 0` ("submit → decision"), then 32 Python threads sharing one
+--reject-ratio 0 --via submit-wait` ("submit → decision": one Submit that waits for its
+decision, as `submit_and_wait` makes it), then 32 Python threads sharing one
 `countersign.Client` (as an application shares it), then 32 asyncio tasks
 sharing one `countersign.AsyncClient`; `--rounds` times, interleaved. It prints
 the median round's p50s and their difference to Rust's (the goal: the Python
@@ -47,7 +48,7 @@ def percentile(sorted_ms: List[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
-def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, warmup: int) -> dict:
+def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, warmup: int, via: str) -> dict:
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
             [
@@ -56,6 +57,7 @@ def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, 
                 "--proposals", str(proposals),
                 "--clients", str(clients),
                 "--reject-ratio", "0",
+                "--via", via,
                 "--warmup", str(warmup),
                 "--countersign", str(server_binary),
                 "--out-dir", out,
@@ -172,6 +174,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three, interleaved (default %(default)s)")
+    parser.add_argument("--via", default="submit-wait", help="the Rust bench's --via (default %(default)s)")
     args = parser.parse_args()
     for binary in (args.countersign, args.bench):
         if not binary.is_file():
@@ -179,10 +182,11 @@ def main() -> None:
     rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", "Python Client, threads", "Python AsyncClient")}
     for _ in range(args.rounds):
         # Interleaved, so that a machine busier in one stretch weighs on all three.
-        rounds["Rust bench client"].append(rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup))
+        rust = rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup, args.via)
+        rounds["Rust bench client"].append(rust)
         for name, driver in (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks)):
             rounds[name].append(python_figure(args.countersign, args.proposals, args.clients, args.warmup, driver))
-    print(f"submit_and_wait on approved proposals: {args.clients} clients, embedded server, "
+    print(f"submit_and_wait on approved proposals: {args.clients} clients, embedded server, Rust --via {args.via}, "
           f"{args.proposals} measured, {args.rounds} rounds (each figure: the median round's)")
     print(f"{'':26}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p50 - Rust':>12}   p50 by round")
     rust = statistics.median(f["p50_ms"] for f in rounds["Rust bench client"])

@@ -82,6 +82,9 @@ class Server:
         if not first.startswith("countersign listening on "):
             self.process.kill()
             raise RuntimeError(f"serve did not start: {first!r}; see {self.data_dir / 'serve.log'}")
+        # Then the metrics endpoint's line and the console's (its URL).
+        self.process.stdout.readline()
+        self.console_url = self.process.stdout.readline().decode().strip().removeprefix("countersign console on ")
         stdout = self.process.stdout
         threading.Thread(target=lambda: stdout.read(), daemon=True).start()
 

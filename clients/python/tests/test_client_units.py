@@ -145,3 +145,37 @@ def test_no_public_type_is_a_grpc_or_protobuf_type():
         if inspect.isclass(value):
             for base in inspect.getmro(value):
                 assert base.__module__.split(".")[0] in ("countersign", "builtins"), (name, base)
+
+
+class OneCallProposals:
+    """A ProposalService stub that decides a Submit only when the Submit
+    itself asks to wait for the decision, and has no AwaitDecision."""
+
+    def __init__(self):
+        self.waits = []
+
+    def Submit(self, request, timeout=None, metadata=None):
+        from countersign.v1 import proposal_service_pb2, types_pb2
+
+        self.waits.append((request.wait_for_decision.ToNanoseconds() / 1e9, timeout))
+        waited = request.HasField("wait_for_decision")
+        state = types_pb2.PROPOSAL_STATE_APPROVED if waited else types_pb2.PROPOSAL_STATE_PENDING
+        proposal = types_pb2.Proposal(id="p1", tenant="acme", spec=request.spec, state=state)
+        return proposal_service_pb2.SubmitResponse(proposal=proposal)
+
+    def AwaitDecision(self, request, timeout=None, metadata=None):
+        raise AssertionError("submit_and_wait makes one call")
+
+
+def test_submit_and_wait_is_one_submit_that_waits_within_the_deadline():
+    client = countersign.Client("http://127.0.0.1:1", "key", public_key=PUBLIC_KEY)
+    client._proposals = OneCallProposals()
+    spec = countersign.Spec(action="a", target="t", blast_radius="single_device", reason="r")
+    decided = client.submit_and_wait(spec, timeout=30.0)
+    assert decided.state == "approved"
+    [(wait, timeout)] = client._proposals.waits
+    # The wait ends a second before the call's deadline, so the answer comes.
+    assert 28.0 < wait <= 29.0 and 29.0 < timeout <= 30.0
+    # Without a limit, each Submit waits a chunk and the server caps it.
+    client.submit_and_wait(spec, timeout=None)
+    assert client._proposals.waits[1] == (_core.SUBMIT_WAIT_CHUNK, None)

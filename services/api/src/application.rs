@@ -28,6 +28,7 @@ use tower::ServiceBuilder;
 
 use crate::{
     RateLimit, Timeouts,
+    console::{Console, ConsoleConfig, Services},
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
     layers::{
@@ -35,6 +36,7 @@ use crate::{
         auth::default_refusal_limit,
     },
     probes::{probes, set_all},
+    queue_depths::QueueDepths,
     services::{
         AuditApi, EscalationApi, NotificationApi, PolicyApi, ProposalApi, Receipts, SopApi,
         TargetApi, Views, audit::checkpoint_periodically,
@@ -66,6 +68,8 @@ pub struct ApiConfig {
     /// The names of the model endpoints the server configures: the only
     /// endpoints a tenant's model profile may name.
     pub model_endpoints: Vec<String>,
+    /// The browser console on its own listener (none: not served).
+    pub console: Option<ConsoleConfig>,
 }
 
 impl Default for ApiConfig {
@@ -81,6 +85,7 @@ impl Default for ApiConfig {
             signing_key: None,
             checkpoint_every: Duration::from_secs(600),
             model_endpoints: Vec::new(),
+            console: None,
         }
     }
 }
@@ -91,6 +96,8 @@ pub struct Application {
     store: DynStore,
     config: ApiConfig,
     peers: Option<Arc<dyn Peers>>,
+    console: Option<Console>,
+    queue_depths: QueueDepths,
 }
 
 /// The services a server mounts, and their names as health reports them
@@ -128,16 +135,28 @@ impl Mounted {
 }
 
 impl Application {
-    /// Binds the listener. The store must already be migrated.
+    /// Binds the listener, and the console's if it is configured. The store
+    /// must already be migrated.
     pub async fn build(config: ApiConfig, store: DynStore) -> std::io::Result<Self> {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
+        let console = match config.console {
+            Some(console) => Some(Console::bind(console).await.map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("console.listen: binding {}: {error}", console.listen),
+                )
+            })?),
+            None => None,
+        };
         Ok(Application {
             listener,
             addr,
             store,
             config,
             peers: None,
+            console,
+            queue_depths: QueueDepths::default(),
         })
     }
 
@@ -149,12 +168,24 @@ impl Application {
         self
     }
 
+    /// Where the console reads each tenant's queue depth: the composition
+    /// root's queue sampler records into the same handle.
+    pub fn with_queue_depths(mut self, depths: QueueDepths) -> Self {
+        self.queue_depths = depths;
+        self
+    }
+
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address the console is bound to, if it is served.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        self.console.as_ref().map(Console::local_addr)
     }
 
     /// Serves until `shutdown` is cancelled; then health turns NOT_SERVING,
@@ -180,7 +211,10 @@ impl Application {
         let layers = ServiceBuilder::new()
             .layer(TraceLayer)
             .layer(MetricsLayer)
-            .layer(AuthLayer::new(directory, self.config.refused_credentials))
+            .layer(AuthLayer::new(
+                directory.clone(),
+                self.config.refused_credentials,
+            ))
             .layer(RateLimitLayer::new(self.config.rate_limit))
             .layer(TimeoutLayer::new(self.config.timeouts))
             .layer(MessageLimitLayer::new(MAX_MESSAGE_BYTES))
@@ -211,40 +245,60 @@ impl Application {
             self.store.clone(),
             Receipts::new(self.config.signing_key.clone()),
         );
-        let proposals = ProposalServiceServer::new(ProposalApi::new(
-            self.store.clone(),
-            views.clone(),
-            fanout.clone(),
-            suppression.clone(),
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let notifications = NotificationServiceServer::new(NotificationApi::new(
-            self.store.clone(),
-            self.store.clone(),
-            fanout.clone(),
-            self.config.watch,
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let sops = SopServiceServer::new(SopApi::new(self.store.clone(), suppression.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let targets =
-            TargetServiceServer::new(TargetApi::new(self.store.clone(), suppression.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let policy = PolicyServiceServer::new(PolicyApi::new(
-            self.store.clone(),
-            self.store.clone(),
+        // Each service once, shared by the gRPC server and the console.
+        let services = Services {
+            proposals: Arc::new(ProposalApi::new(
+                self.store.clone(),
+                views.clone(),
+                fanout.clone(),
+                suppression.clone(),
+            )),
+            notifications: Arc::new(NotificationApi::new(
+                self.store.clone(),
+                self.store.clone(),
+                fanout.clone(),
+                self.config.watch,
+                views.receipts().clone(),
+            )),
+            sops: Arc::new(SopApi::new(self.store.clone(), suppression.clone())),
+            targets: Arc::new(TargetApi::new(self.store.clone(), suppression.clone())),
+            policy: Arc::new(PolicyApi::new(
+                self.store.clone(),
+                self.store.clone(),
+                suppression.clone(),
+                self.config.model_endpoints.clone(),
+            )),
             suppression,
-            self.config.model_endpoints.clone(),
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let escalations =
-            EscalationServiceServer::new(EscalationApi::new(self.store.clone(), views))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES);
-        let audit = AuditServiceServer::new(AuditApi::new(
-            self.store.clone(),
-            self.config.signing_key.clone(),
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+            queue_depths: self.queue_depths.clone(),
+            escalations: Arc::new(EscalationApi::new(self.store.clone(), views)),
+            audit: Arc::new(AuditApi::new(
+                self.store.clone(),
+                self.config.signing_key.clone(),
+            )),
+        };
+        let proposals = ProposalServiceServer::from_arc(services.proposals.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let notifications = NotificationServiceServer::from_arc(services.notifications.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let sops = SopServiceServer::from_arc(services.sops.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let targets = TargetServiceServer::from_arc(services.targets.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let policy = PolicyServiceServer::from_arc(services.policy.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let escalations = EscalationServiceServer::from_arc(services.escalations.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let audit = AuditServiceServer::from_arc(services.audit.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let console = self.console.map(|console| {
+            tokio::spawn(console.serve(
+                services,
+                directory.clone(),
+                self.store.clone(),
+                self.config.refused_credentials,
+                shutdown.clone(),
+            ))
+        });
         let checkpoints = self.config.signing_key.clone().map(|key| {
             tokio::spawn(checkpoint_periodically(
                 self.store.clone(),
@@ -286,6 +340,13 @@ impl Application {
                 signal,
             )
             .await?;
+        if let Some(console) = console {
+            match console.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(%error, "console server failed"),
+                Err(error) => tracing::error!(%error, "console server panicked"),
+            }
+        }
         let _ = pump.await;
         let _ = maintenance.await;
         if let Some(listener) = listener {

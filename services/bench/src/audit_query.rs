@@ -330,5 +330,6 @@ pub async fn audit_query(args: &BenchArgs, q: &AuditQueryArgs) -> anyhow::Result
                 grown as f64 / chained.as_secs_f64() / sqlite,
             ),
         ]),
+        writes_per_decision: BTreeMap::new(),
     })
 }

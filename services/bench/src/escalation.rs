@@ -124,6 +124,7 @@ async fn escalation_on(
         let proposal = submitter
             .submit(SubmitRequest {
                 spec: Some(spec(n, false, load.proposals.max(1))),
+                ..Default::default()
             })
             .await?
             .into_inner()
@@ -230,6 +231,7 @@ async fn escalation_on(
                 resolution.p99_ms / floor_latency.p99_ms.max(1e-3),
             ),
         ]),
+        writes_per_decision: BTreeMap::new(),
     })
 }
 
@@ -248,6 +250,7 @@ async fn count_open(client: &mut Escalations) -> anyhow::Result<u64> {
             .list_escalations(ListEscalationsRequest {
                 page_size: 1000,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();

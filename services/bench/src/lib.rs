@@ -11,12 +11,14 @@ mod burners;
 mod closed_loop;
 mod escalation;
 mod growth;
+mod model;
 mod production;
 mod report;
 mod scenario;
 mod server;
 mod suppressed;
 mod watch_fanout;
+mod writes;
 
 use std::{
     path::{Path, PathBuf},
@@ -89,6 +91,9 @@ pub enum Scenario {
     /// Proposals a route sends to people, each approved by two of them; the
     /// deciding vote's time to the decision on `Watch`.
     Escalation(EscalationArgs),
+    /// One tenant's proposals reviewed by a model endpoint answering after a
+    /// fixed delay, beside a gate-only tenant's trickle.
+    Model(ModelArgs),
     /// Only the machine's baselines (SQLite single-row inserts; with
     /// `--production`, pgbench and redis-benchmark too).
     Baseline,
@@ -111,8 +116,9 @@ pub struct LoadArgs {
     /// Give up on one decision after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub decision_timeout: Duration,
-    /// How clients learn decisions: one `AwaitDecision` per proposal, or one
-    /// shared `Watch` stream (terminal events only).
+    /// How clients learn decisions: one `AwaitDecision` per proposal, one
+    /// shared `Watch` stream (terminal events only), or the `Submit` itself
+    /// (`submit-wait`: `wait_for_decision`, one call per decision).
     #[arg(long, value_enum, default_value_t = Via::Await)]
     pub via: Via,
     /// The growth run: measure, write this many decided proposals straight
@@ -127,10 +133,11 @@ pub struct LoadArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Via {
     Await,
     Watch,
+    SubmitWait,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -176,6 +183,31 @@ pub struct FanoutArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// The model tenant's proposals to decide.
+    #[arg(long, default_value = "1000")]
+    pub proposals: u64,
+    /// The model tenant's concurrent clients (closed loop).
+    #[arg(long, default_value = "64")]
+    pub clients: u64,
+    /// How long the fake model endpoint takes to answer each request.
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub model_latency: Duration,
+    /// The endpoint's `max_concurrency`: requests in flight at most.
+    #[arg(long, default_value = "64")]
+    pub model_concurrency: usize,
+    /// The gate-only tenant's submissions per second.
+    #[arg(long, default_value = "20")]
+    pub trickle_rate: u64,
+    /// How long the gate-only tenant's trickle is measured alone first.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub trickle_alone: Duration,
+    /// Give up on one decision after this long.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub decision_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct AuditQueryArgs {
     /// Decisions in the log (seeded straight into the database, chained by the
     /// server's own sequencer).
@@ -211,6 +243,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<Report> {
         Scenario::WatchFanout(fan) => watch_fanout::watch_fanout(&args, fan).await?,
         Scenario::AuditQuery(q) => audit_query::audit_query(&args, q).await?,
         Scenario::Escalation(e) => escalation::escalation(&args, e).await?,
+        Scenario::Model(m) => model::model(&args, m).await?,
         Scenario::Baseline => scenario::baseline_only(&args).await?,
     };
     print!("{}", report.table());

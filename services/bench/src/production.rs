@@ -169,8 +169,9 @@ impl Production {
     }
 
     /// `pgbench`: single-row inserts (one per transaction) by `clients` for
-    /// `seconds`, as the owner on the run's database; transactions per second.
-    pub async fn pgbench_tps(&self, clients: u32, seconds: u64) -> anyhow::Result<f64> {
+    /// `seconds`, as the owner on the run's database; transactions per second,
+    /// and PostgreSQL's CPU milliseconds per transaction over the same run.
+    pub async fn pgbench_tps(&self, clients: u32, seconds: u64) -> anyhow::Result<(f64, f64)> {
         let mut conn = PgConnection::connect(&self.owner_url).await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS bench_baseline \
@@ -183,6 +184,7 @@ impl Production {
             script.path(),
             "INSERT INTO bench_baseline (tenant, body) VALUES ('bench', repeat('x', 200));\n",
         )?;
+        let cpu_before = crate::server::cpu_of_processes("postgres");
         let output = Command::new(pgbench_binary())
             .args([
                 "-n",
@@ -196,16 +198,19 @@ impl Production {
             .arg(&self.owner_url)
             .output()
             .context("running pgbench (install postgresql-client)")?;
+        // Its backends have ended: their time is in the postmaster's.
+        let cpu_ms = (crate::server::cpu_of_processes("postgres") - cpu_before) * 1000.0;
         sqlx::query("DROP TABLE bench_baseline")
             .execute(&mut conn)
             .await?;
         let text = String::from_utf8_lossy(&output.stdout);
-        parse_pgbench_tps(&text).with_context(|| {
+        let tps = parse_pgbench_tps(&text).with_context(|| {
             format!(
                 "pgbench printed no tps: {text}{}",
                 String::from_utf8_lossy(&output.stderr)
             )
-        })
+        })?;
+        Ok((tps, cpu_ms / (tps * seconds.max(1) as f64).max(1.0)))
     }
 
     /// `redis-benchmark`: XADD by `clients`; requests per second.

@@ -89,6 +89,10 @@ pub struct Report {
     pub baselines: BTreeMap<String, f64>,
     /// Our figure over the matching baseline.
     pub ratios: BTreeMap<String, f64>,
+    /// What the measured run wrote per decision (`writes.rs`): rows, index
+    /// entries, the database's log bytes, each table's rows.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub writes_per_decision: BTreeMap<String, f64>,
 }
 
 impl Report {
@@ -150,7 +154,13 @@ impl Report {
         }
         out.push_str(&format!("cpu ms/op   {}\n", per.join("  ")));
         for (name, value) in &self.baselines {
-            out.push_str(&format!("baseline    {name} = {value:.0}\n"));
+            // Rates whole; small figures (milliseconds per transaction) with
+            // their decimals.
+            let digits = if value.abs() < 10.0 { 3 } else { 0 };
+            out.push_str(&format!("baseline    {name} = {value:.digits$}\n"));
+        }
+        for (name, value) in &self.writes_per_decision {
+            out.push_str(&format!("per decision {name} = {value:.2}\n"));
         }
         for (name, value) in &self.ratios {
             out.push_str(&format!("ratio       {name} = {value:.3}\n"));

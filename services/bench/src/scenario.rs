@@ -44,15 +44,15 @@ pub(crate) const MAX_TARGETS: u64 = 1024;
 
 /// What every load task records.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     submit: Option<Histogram<u64>>,
-    decision: Option<Histogram<u64>>,
-    outcomes: BTreeMap<String, u64>,
-    errors: BTreeMap<String, u64>,
+    pub decision: Option<Histogram<u64>>,
+    pub outcomes: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
 }
 
 impl Tally {
-    fn new() -> Tally {
+    pub(crate) fn new() -> Tally {
         Tally {
             submit: Some(Histogram::new(3).expect("histogram")),
             decision: Some(Histogram::new(3).expect("histogram")),
@@ -163,36 +163,62 @@ pub(crate) fn is_reject(n: u64, ratio: f64) -> bool {
     ((n + 1) as f64 * ratio).floor() > (n as f64 * ratio).floor()
 }
 
+/// How a client learns its proposal's decision (`--via`).
+#[derive(Clone, Copy)]
+enum Learn<'a> {
+    /// `AwaitDecision` after the `Submit`.
+    Await,
+    /// The shared `Watch` stream.
+    Board(&'a Board),
+    /// The `Submit` itself waits (`wait_for_decision`): one call.
+    SubmitWait,
+}
+
+impl<'a> Learn<'a> {
+    fn new(via: Via, board: Option<&'a Board>) -> Learn<'a> {
+        match (via, board) {
+            (Via::SubmitWait, _) => Learn::SubmitWait,
+            (_, Some(board)) => Learn::Board(board),
+            (_, None) => Learn::Await,
+        }
+    }
+}
+
 /// Submits one proposal and waits for its decision, recording both latencies.
 async fn submit_and_await(
     client: &mut Proposals,
     (n, reject, pool): (u64, bool, u64),
     timeout: Duration,
     tally: &Mutex<Tally>,
-    board: Option<&Board>,
+    learn: Learn<'_>,
 ) {
     let started = Instant::now();
-    let submitted = client
-        .submit(SubmitRequest {
-            spec: Some(spec(n, reject, pool)),
-        })
-        .await;
+    let mut request = tonic::Request::new(SubmitRequest {
+        spec: Some(spec(n, reject, pool)),
+        wait_for_decision: None,
+    });
+    if let Learn::SubmitWait = learn {
+        request.get_mut().wait_for_decision = timeout.try_into().ok();
+        request.set_timeout(timeout + Duration::from_secs(1));
+    }
+    let submitted = client.submit(request).await;
     let submit_us = started.elapsed().as_micros() as u64;
-    let id = match submitted {
-        Ok(r) => r.into_inner().proposal.map(|p| p.id).unwrap_or_default(),
+    let proposal = match submitted {
+        Ok(r) => r.into_inner().proposal.unwrap_or_default(),
         Err(status) => {
             tally.lock().await.error(&status);
             return;
         }
     };
-    let decided = match board {
-        Some(board) => board
-            .decision(&id, timeout)
+    let decided = match learn {
+        Learn::SubmitWait => Ok(tonic::Response::new(proposal)),
+        Learn::Board(board) => board
+            .decision(&proposal.id, timeout)
             .await
             .map(tonic::Response::new)
             .ok_or_else(|| tonic::Status::deadline_exceeded("no decision on the stream")),
-        None => {
-            let mut request = tonic::Request::new(AwaitDecisionRequest { id });
+        Learn::Await => {
+            let mut request = tonic::Request::new(AwaitDecisionRequest { id: proposal.id });
             request.set_timeout(timeout);
             client.await_decision(request).await
         }
@@ -243,7 +269,7 @@ pub(crate) fn now_rfc3339() -> String {
 
 /// Closed loop (N clients, one proposal in flight each) or open loop (a fixed
 /// arrival rate).
-async fn drive(
+pub(crate) async fn drive(
     endpoint: &str,
     key: &str,
     load: &LoadArgs,
@@ -252,7 +278,7 @@ async fn drive(
 ) -> anyhow::Result<Duration> {
     let next = Arc::new(AtomicU64::new(first));
     let board = match load.via {
-        Via::Await => None,
+        Via::Await | Via::SubmitWait => None,
         Via::Watch => Some(Board::open(endpoint, key).await?),
     };
     let started = Instant::now();
@@ -276,7 +302,7 @@ async fn drive(
                             shot,
                             load.decision_timeout,
                             &tally,
-                            board.as_ref(),
+                            Learn::new(load.via, board.as_ref()),
                         )
                         .await;
                     }
@@ -300,7 +326,7 @@ async fn drive(
                         (n, reject, pool),
                         load.decision_timeout,
                         &tally,
-                        board.as_ref(),
+                        Learn::new(load.via, board.as_ref()),
                     )
                     .await;
                 });
@@ -316,6 +342,8 @@ struct Measured {
     tally: Tally,
     wall: Duration,
     usage: ServerUsage,
+    /// What the run wrote, per decision (`writes::per_decision`).
+    writes: BTreeMap<String, f64>,
 }
 
 async fn measure(
@@ -325,14 +353,20 @@ async fn measure(
     pool: u64,
 ) -> anyhow::Result<Measured> {
     let tally = Arc::new(Mutex::new(Tally::new()));
+    let written_before = crate::writes::Snapshot::take(server).await?;
     let before = server.usage();
     let wall = drive(&server.endpoint, key, load, (pool, 0), tally.clone()).await?;
     let after = server.usage();
+    let written_after = crate::writes::Snapshot::take(server).await?;
     let tally = std::mem::take(&mut *tally.lock().await);
+    let decisions = tally.outcomes.values().sum::<u64>();
+    let writes =
+        crate::writes::per_decision(server, &written_before, &written_after, decisions).await?;
     Ok(Measured {
         tally,
         wall,
         usage: usage_between(before, after, wall),
+        writes,
     })
 }
 
@@ -394,7 +428,7 @@ pub(crate) async fn limits(
         ));
     };
     let clients = args.production.pgbench_clients;
-    let pg = p
+    let (pg, pg_cpu_ms) = p
         .pgbench_tps(clients, args.baseline_time.as_secs().max(2))
         .await?;
     let redis = p.redis_xadd_rate(
@@ -408,6 +442,7 @@ pub(crate) async fn limits(
                 pg,
             ),
             ("redis_benchmark_xadd_per_s".to_owned(), redis),
+            ("pgbench_postgres_cpu_ms_per_tx".to_owned(), pg_cpu_ms),
         ]),
         vec![
             ("pgbench_tps".to_owned(), pg),
@@ -427,7 +462,7 @@ pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
 /// health checks as the run made calls, from as many clients on connections
 /// of their own. A decision takes at least `calls_per_decision` unary calls
 /// (Submit and AwaitDecision; Submit alone when decisions come on a Watch
-/// stream), so the floor divided by them bounds the decisions per second
+/// stream or the Submit waits for its decision), so the floor divided by them bounds the decisions per second
 /// whatever the storage costs: the transport's ceiling.
 struct TransportFloor {
     baselines: BTreeMap<String, f64>,
@@ -444,7 +479,7 @@ async fn transport_floor(
 ) -> anyhow::Result<TransportFloor> {
     let calls_per_decision = match load.via {
         Via::Await => 2.0,
-        Via::Watch => 1.0,
+        Via::Watch | Via::SubmitWait => 1.0,
     };
     let calls = (load.proposals as f64 * calls_per_decision) as u64;
     let clients = load.clients.max(1);
@@ -519,10 +554,25 @@ async fn submit_decide_on(
         let floor = transport_floor(&server, load, &limits, empty.throughput()).await?;
         ratios.extend(floor.ratios);
         baselines.extend(floor.baselines);
+        ratios.insert(
+            "decision p99 / health check p99".to_owned(),
+            empty.decision().p99_ms / floor.latency.p99_ms.max(1e-9),
+        );
         latencies.insert("health check (floor)".to_owned(), floor.latency);
         for (k, v) in floor.errors {
             *errors.entry(format!("health check: {k}")).or_default() += v;
         }
+    }
+    // PostgreSQL's CPU per decision over its CPU per pgbench insert.
+    if let (Some(seconds), Some(per_tx)) = (
+        empty.usage.postgres_cpu_seconds,
+        baselines.get("pgbench_postgres_cpu_ms_per_tx").copied(),
+    ) {
+        let decided = empty.tally.outcomes.values().sum::<u64>().max(1) as f64;
+        ratios.insert(
+            "postgres cpu per decision / per pgbench transaction".to_owned(),
+            seconds * 1000.0 / decided / per_tx.max(1e-9),
+        );
     }
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
@@ -599,11 +649,12 @@ async fn submit_decide_on(
         server: headline.2,
         baselines,
         ratios,
+        writes_per_decision: empty.writes.clone(),
     })
 }
 
 /// The quiet tenant's trickle, for `span`: its decision latencies.
-async fn trickle(
+pub(crate) async fn trickle(
     endpoint: &str,
     key: &str,
     rate: u64,
@@ -624,7 +675,7 @@ async fn trickle(
                 (n, false, MAX_TARGETS),
                 Duration::from_secs(60),
                 &tally,
-                None,
+                Learn::Await,
             )
             .await;
         });
@@ -697,7 +748,7 @@ async fn noisy_neighbour_on(
                     (n, false, MAX_TARGETS),
                     Duration::from_secs(60),
                     &flood,
-                    None,
+                    Learn::Await,
                 )
                 .await;
                 n += 1;
@@ -749,6 +800,11 @@ async fn noisy_neighbour_on(
                 "trickle p99 flooded / alone".to_owned(),
                 flooded_p.p99_ms / alone_p.p99_ms.max(1e-9),
             ),
+            // The target's ratio: the flood against busy cores alone.
+            (
+                "trickle p99 flooded / beside spinning threads".to_owned(),
+                flooded_p.p99_ms / contended_p.p99_ms.max(1e-9),
+            ),
             // The machine's own part: no flood, only busy cores.
             (
                 "trickle p99 beside spinning threads / alone".to_owned(),
@@ -779,6 +835,7 @@ async fn noisy_neighbour_on(
             "trickle_p99_ms_beside_spinning_threads".to_owned(),
             contended_p.p99_ms,
         )]),
+        writes_per_decision: BTreeMap::new(),
     })
 }
 
@@ -805,5 +862,6 @@ pub async fn baseline_only(args: &BenchArgs) -> anyhow::Result<Report> {
         server: ServerUsage::default(),
         baselines,
         ratios: BTreeMap::new(),
+        writes_per_decision: BTreeMap::new(),
     })
 }

@@ -17,10 +17,15 @@ pub struct Server {
     binary: PathBuf,
     child: Child,
     pub endpoint: String,
+    /// Where the server answers `GET /metrics` (`host:port`).
+    pub metrics: String,
     pub data_dir: tempfile::TempDir,
     reviewers: Option<usize>,
     /// PostgreSQL + Redis, or (none) the embedded default.
     pub production: Option<Production>,
+    /// A configuration file `serve` reads (`--config`), for what only the
+    /// file sets (`[[model.endpoints]]`).
+    config: Option<PathBuf>,
 }
 
 /// Points `command` at the run's backends: the production ones, or the
@@ -43,12 +48,18 @@ fn spawn(
     data_dir: &Path,
     reviewers: Option<usize>,
     production: Option<&Production>,
-) -> anyhow::Result<(Child, String)> {
+    config: Option<&Path>,
+) -> anyhow::Result<(Child, String, String)> {
     let mut command = Command::new(binary);
     backends(&mut command, production);
+    command.arg("serve");
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
     command
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0"])
         .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(["--console-listen", "127.0.0.1:0"])
         .args([
             "--rate-limit-per-second",
             "1000000",
@@ -75,15 +86,22 @@ fn spawn(
     let mut line = String::new();
     let mut stdout = BufReader::new(child.stdout.take().context("server stdout")?);
     stdout.read_line(&mut line)?;
-    // The rest of its stdout (the metrics address, …) is read and dropped: a
-    // closed pipe would fail the server's next line.
+    let mut metrics_line = String::new();
+    stdout.read_line(&mut metrics_line)?;
+    // The rest of its stdout is read and dropped: a closed pipe would fail
+    // the server's next line.
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let addr = line
         .trim()
         .strip_prefix("countersign listening on ")
         .with_context(|| format!("unexpected first line from the server: {line:?}"))?
         .to_owned();
-    Ok((child, format!("http://{addr}")))
+    let metrics = metrics_line
+        .trim()
+        .strip_prefix("countersign metrics on ")
+        .with_context(|| format!("unexpected second line from the server: {metrics_line:?}"))?
+        .to_owned();
+    Ok((child, format!("http://{addr}"), metrics))
 }
 
 /// CPU seconds (user + system) and memory of a process, from `/proc`; on the
@@ -169,17 +187,34 @@ impl Server {
     /// [`Server::start`] on the given backends (a fresh database: the first
     /// start bootstraps tenant `default` there too).
     pub fn start_on(args: &BenchArgs, production: Option<Production>) -> anyhow::Result<Server> {
+        Server::start_configured(args, production, None)
+    }
+
+    /// [`Server::start_on`] with `serve --config <config>`.
+    pub fn start_configured(
+        args: &BenchArgs,
+        production: Option<Production>,
+        config: Option<PathBuf>,
+    ) -> anyhow::Result<Server> {
         let binary = args.server_binary()?;
         let reviewers = args.reviewers;
         let data_dir = tempfile::tempdir()?;
-        let (child, endpoint) = spawn(&binary, data_dir.path(), reviewers, production.as_ref())?;
+        let (child, endpoint, metrics) = spawn(
+            &binary,
+            data_dir.path(),
+            reviewers,
+            production.as_ref(),
+            config.as_deref(),
+        )?;
         Ok(Server {
             binary,
             child,
             endpoint,
+            metrics,
             data_dir,
             reviewers,
             production,
+            config,
         })
     }
 
@@ -191,14 +226,16 @@ impl Server {
 
     /// Starts the server again on the same data directory.
     pub fn resume(&mut self) -> anyhow::Result<()> {
-        let (child, endpoint) = spawn(
+        let (child, endpoint, metrics) = spawn(
             &self.binary,
             self.data_dir.path(),
             self.reviewers,
             self.production.as_ref(),
+            self.config.as_deref(),
         )?;
         self.child = child;
         self.endpoint = endpoint;
+        self.metrics = metrics;
         Ok(())
     }
 
@@ -210,6 +247,11 @@ impl Server {
             self.production.as_ref(),
             args,
         )
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn usage(&self) -> Usage {

@@ -30,6 +30,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     let first = client
         .submit(SubmitRequest {
             spec: Some(doomed.clone()),
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -47,6 +48,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         let r = client
             .submit(SubmitRequest {
                 spec: Some(doomed.clone()),
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -68,7 +70,12 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     let retries = closed_loop(&server, shared, load.clients, load.submits, move |client| {
         let spec = Some(doomed.clone());
         Box::pin(async move {
-            let r = client.submit(SubmitRequest { spec }).await;
+            let r = client
+                .submit(SubmitRequest {
+                    spec,
+                    ..Default::default()
+                })
+                .await;
             outcome(r, |r| {
                 if r.get_ref().suppressed {
                     "suppressed"
@@ -95,6 +102,9 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     for (k, v) in errors_of(&floor.outcomes) {
         *errors.entry(format!("health check: {k}")).or_default() += v;
     }
+    let p99_ratio =
+        Percentiles::of(&retries.latency).p99_ms / Percentiles::of(&floor.latency).p99_ms.max(1e-9);
+    let cpu_ratio = retries.server_us_per_call() / floor.server_us_per_call().max(1e-9);
     Ok(Report {
         scenario: "suppressed".into(),
         started_at,
@@ -134,6 +144,12 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
                 "suppressed_per_s / grpc_health_checks_per_s".to_owned(),
                 throughput / floor_rate,
             ),
+            ("suppressed p99 / health check p99".to_owned(), p99_ratio),
+            (
+                "server cpu per suppressed submit / per health check".to_owned(),
+                cpu_ratio,
+            ),
         ]),
+        writes_per_decision: BTreeMap::new(),
     })
 }

@@ -125,6 +125,7 @@ pub async fn watch_fanout(args: &BenchArgs, fan: &FanoutArgs) -> anyhow::Result<
             client
                 .submit(SubmitRequest {
                     spec: Some(spec(n, is_reject(n, 0.2), MAX_TARGETS)),
+                    ..Default::default()
                 })
                 .await
                 .map(|_| ())
@@ -170,5 +171,6 @@ pub async fn watch_fanout(args: &BenchArgs, fan: &FanoutArgs) -> anyhow::Result<
             "delivered / (decisions × watchers)".to_owned(),
             s.decisions as f64 / (expected * fan.watchers).max(1) as f64,
         )]),
+        writes_per_decision: BTreeMap::new(),
     })
 }

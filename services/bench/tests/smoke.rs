@@ -41,6 +41,7 @@ fn bench(args: &[&str]) -> serde_json::Value {
     let production = args.contains(&"--production");
     let baseline = match args[0] {
         "noisy-neighbour" => "trickle_p99_ms_beside_spinning_threads",
+        "model" => "model_expected_decisions_per_s",
         _ if production => "pgbench_single_row_insert_tps_4_clients",
         _ => "sqlite_single_row_inserts_per_s",
     };
@@ -113,6 +114,25 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
             > 0.0,
         "{report}"
     );
+    // What each decision wrote, from PostgreSQL's own counts, and its CPU
+    // beside pgbench's per transaction.
+    // (PostgreSQL publishes a backend's counts a second or so after it goes
+    // idle: a warm-up's last rows may fall inside the window.)
+    let writes = &report["writes_per_decision"];
+    for figure in ["rows decisions insert", "rows proposals insert"] {
+        let rows = writes[figure].as_f64().unwrap();
+        assert!((0.9..1.1).contains(&rows), "{figure}: {report}");
+    }
+    for figure in ["rows", "index_entries", "log_bytes", "transactions"] {
+        assert!(writes[figure].as_f64().unwrap() > 0.0, "{figure}: {report}");
+    }
+    assert!(
+        report["ratios"]["postgres cpu per decision / per pgbench transaction"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
 }
 
 #[test]
@@ -138,6 +158,19 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
             40 * calls_per_proposal,
             "{report}"
         );
+        // What each decision wrote, from the server's own count: one
+        // proposal, decision and audit entry, three events each written once.
+        let writes = &report["writes_per_decision"];
+        for (figure, rows) in [
+            ("rows proposals insert", 1.0),
+            ("rows decisions insert", 1.0),
+            ("rows audit_log insert", 1.0),
+            ("rows events insert", 3.0),
+        ] {
+            assert_eq!(writes[figure], rows, "{figure}: {report}");
+        }
+        assert!(writes["rows events update"].is_null(), "{report}");
+        assert!(writes["log_bytes"].as_f64().unwrap() > 0.0, "{report}");
     }
 }
 
@@ -172,6 +205,51 @@ fn a_tiny_noisy_neighbour_run_measures_the_trickle_alone_beside_busy_cores_and_f
     );
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(report["params"]["spinning_threads"], cores, "{report}");
+}
+
+#[test]
+fn a_tiny_model_run_decides_every_proposal_through_the_endpoint_beside_a_gate_only_trickle() {
+    let report = bench(&[
+        "model",
+        "--proposals",
+        "20",
+        "--clients",
+        "4",
+        "--model-latency",
+        "50ms",
+        "--model-concurrency",
+        "2",
+        "--trickle-rate",
+        "20",
+        "--trickle-alone",
+        "300ms",
+    ]);
+    assert_eq!(report["outcomes"]["model tenant approved"], 20, "{report}");
+    assert_eq!(
+        report["latencies"]["model tenant submit → decision"]["count"], 20,
+        "{report}"
+    );
+    // The endpoint's limit holds: 4 clients, 2 requests in flight at most.
+    let in_flight = report["outcomes"]["most model requests in flight"]
+        .as_u64()
+        .unwrap();
+    assert!((1..=2).contains(&in_flight), "{report}");
+    for phase in ["gate-only alone", "gate-only beside model load"] {
+        assert!(
+            report["latencies"][phase]["count"].as_u64().unwrap_or(0) > 0,
+            "{phase}: {report}"
+        );
+    }
+    for ratio in [
+        "decisions_per_s / (concurrency ÷ model latency)",
+        "decisions_per_s / (concurrency ÷ (model latency + gate-only cycle))",
+        "gate-only p99 beside model load / alone",
+    ] {
+        assert!(
+            report["ratios"][ratio].as_f64().unwrap_or(0.0) > 0.0,
+            "{ratio}: {report}"
+        );
+    }
 }
 
 #[test]

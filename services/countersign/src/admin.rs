@@ -66,6 +66,10 @@ pub enum TenantCommand {
         /// The breaker's window (e.g. `5m`).
         #[arg(long, value_parser = humantime::parse_duration)]
         breaker_window: Option<Duration>,
+        /// How long an approval's signed receipt lets the operation run
+        /// after the decision (1s to 24h; default 15m).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        receipt_ttl: Option<Duration>,
     },
 }
 
@@ -137,6 +141,10 @@ fn print_tenant(tenant: &Tenant) {
             tenant.policy.breaker_window_ms as u64
         ))
     );
+    println!(
+        "receipts valid for          {}",
+        humantime::format_duration(Duration::from_millis(tenant.policy.receipt_ttl_ms as u64))
+    );
 }
 
 fn millis(d: Duration) -> i64 {
@@ -190,6 +198,7 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                 allow_force_approve_no_sop,
                 breaker_threshold,
                 breaker_window,
+                receipt_ttl,
             } => {
                 let current = store
                     .get_tenant(&name)
@@ -206,6 +215,9 @@ pub async fn run(store_args: &StoreArgs, command: AdminCommand) -> anyhow::Resul
                     breaker_window_ms: breaker_window
                         .map(millis)
                         .unwrap_or(current.policy.breaker_window_ms),
+                    receipt_ttl_ms: receipt_ttl
+                        .map(millis)
+                        .unwrap_or(current.policy.receipt_ttl_ms),
                 };
                 print_tenant(&store.set_tenant_policy(&name, policy).await?);
             }

@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 
 use countersign_api::{
-    ApiConfig, Application, HealthOnly, RateLimit, Timeouts, fanout::WatchConfig,
+    ApiConfig, Application, HealthOnly, QueueDepths, RateLimit, Timeouts, fanout::WatchConfig,
     suppression::SuppressionConfig,
 };
 use countersign_model::Models;
@@ -97,6 +97,7 @@ fn api_config(config: &Config) -> ApiConfig {
         signing_key: None,
         checkpoint_every: config.audit.checkpoint_every,
         model_endpoints: Vec::new(),
+        console: config.console.console(),
     }
 }
 
@@ -128,11 +129,13 @@ impl App {
         let Settings {
             config,
             mut api,
-            reviewers,
+            mut reviewers,
         } = settings;
-        // Built once: the API checks tenants' profiles against its names.
+        // Built once: the API checks tenants' profiles against its names,
+        // and the reviewers ask them where a tenant's profile says so.
         let models = Models::new(config.model.endpoints()?)?;
         api.model_endpoints = models.names().into_iter().map(str::to_owned).collect();
+        reviewers.models = models;
         let backends = Backends::open(&config).await?;
         let store = backends.store();
         let peers = backends.peers();
@@ -154,6 +157,8 @@ impl App {
                 "first start: created tenant and wrote its admin key"
             );
         }
+        // The queue sampler records each tenant's depth; the console reads it.
+        let depths = QueueDepths::default();
         let listener = match config.role {
             Role::Worker => Listener::HealthOnly(HealthOnly::bind(config.listen).await?),
             Role::All | Role::Api => {
@@ -165,14 +170,16 @@ impl App {
                         .signing_args()
                         .load_for_serve(&key_dir, newest.as_ref())?,
                 );
-                let mut app = Application::build(api, store.clone()).await?;
+                let mut app = Application::build(api, store.clone())
+                    .await?
+                    .with_queue_depths(depths.clone());
                 if let Some(peers) = peers {
                     app = app.with_peers(peers);
                 }
                 Listener::Api(Box::new(app))
             }
         };
-        let background = Background::start(backends, config.role, reviewers, shutdown);
+        let background = Background::start(backends, config.role, reviewers, depths, shutdown);
         Ok(App {
             store,
             queue,
@@ -191,6 +198,19 @@ impl App {
 
     pub fn port(&self) -> u16 {
         self.local_addr().port()
+    }
+
+    /// The address the console is bound to, if this process serves it.
+    pub fn console_addr(&self) -> Option<SocketAddr> {
+        match &self.listener {
+            Listener::Api(app) => app.console_addr(),
+            Listener::HealthOnly(_) => None,
+        }
+    }
+
+    /// The console's port, if this process serves it.
+    pub fn console_port(&self) -> Option<u16> {
+        self.console_addr().map(|addr| addr.port())
     }
 
     pub fn store(&self) -> DynStore {

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use countersign_api::QueueDepths;
 use countersign_peers::{PeerMessage, Peers, RedisPeers};
 use countersign_queue::{OutboxTasks, Publisher, RedisQueue, relay_enqueued};
 use countersign_reviewer::{ReviewerConfig, Reviewers, submissions};
@@ -53,13 +54,15 @@ impl Background {
         backends: Backends,
         role: Role,
         config: ReviewerConfig,
+        depths: QueueDepths,
         shutdown: &CancellationToken,
     ) -> Background {
         let workers = role != Role::Api;
         let stop = shutdown.child_token();
         match backends {
             Backends::Embedded { store, queue } => {
-                let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
+                let gauges =
+                    queue_gauges::spawn(store.clone(), queue.clone(), depths, stop.clone());
                 let reviewers = workers.then(|| {
                     tracing::info!(workers = config.workers, express = config.express_workers, deadline = ?config.review_deadline, "reviewers starting");
                     Reviewers::start(store, queue, config, &stop)
@@ -74,7 +77,14 @@ impl Background {
                 let intake = stop.child_token();
                 let mut task = JoinSet::new();
                 task.spawn(statistics::keep(production.store.clone(), intake.clone()));
-                task.spawn(run(production, workers, config, stop, intake.clone()));
+                task.spawn(run(
+                    production,
+                    workers,
+                    config,
+                    depths,
+                    stop,
+                    intake.clone(),
+                ));
                 Background::Production { intake, task }
             }
         }
@@ -113,6 +123,7 @@ async fn run(
     production: Production,
     workers: bool,
     config: ReviewerConfig,
+    depths: QueueDepths,
     stop: CancellationToken,
     intake: CancellationToken,
 ) {
@@ -127,7 +138,7 @@ async fn run(
     };
     let store: DynStore = production.store.clone();
     let announcer = tokio::spawn(announce_events(store.clone(), production.peers.clone()));
-    let gauges = queue_gauges::spawn(store.clone(), queue.clone(), stop.clone());
+    let gauges = queue_gauges::spawn(store.clone(), queue.clone(), depths, stop.clone());
     let publisher = Publisher {
         outbox: production.store.clone(),
         queue: queue.clone(),
@@ -195,6 +206,7 @@ mod tests {
             backends,
             Role::All,
             ReviewerConfig::with_workers(1),
+            QueueDepths::default(),
             &shutdown,
         );
         let Background::Embedded {

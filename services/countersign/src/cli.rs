@@ -136,11 +136,14 @@ pub enum ClientCommandWithArgs {
         #[command(subcommand)]
         command: crate::policy::PolicyCommand,
     },
-    /// What waits for people: the tenant's open escalations, oldest first,
-    /// with how long each has left.
+    /// What waits for you: the open escalations you may still vote on,
+    /// oldest first, with how long each has left (`--all`: every open one
+    /// of the tenant).
     Inbox {
         #[command(flatten)]
         conn: ClientArgs,
+        #[command(flatten)]
+        args: crate::inbox::InboxArgs,
     },
     /// Approve an escalated proposal (exit 0 once it is approved, 3 while it
     /// needs more approvals or if it ends otherwise).
@@ -258,8 +261,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 ClientCommandWithArgs::ModelProfile { conn, command } => {
                     return crate::policy::run::<v1::ModelProfile>(&conn, command).await;
                 }
-                ClientCommandWithArgs::Inbox { conn } => {
-                    return crate::inbox::run_inbox(&conn).await;
+                ClientCommandWithArgs::Inbox { conn, args } => {
+                    return crate::inbox::run_inbox(&conn, &args).await;
                 }
                 ClientCommandWithArgs::Approve { conn, id, comment } => {
                     return crate::inbox::run_resolve(&conn, id, Verdict::Approve, comment).await;

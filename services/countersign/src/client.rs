@@ -116,7 +116,7 @@ impl ClientArgs {
     /// The key to call with: a flag given on the command line first (an
     /// exported coordinator key must not override `--api-key-file
     /// auditor.key`), then the environment.
-    fn api_key(&self) -> anyhow::Result<String> {
+    pub(crate) fn api_key(&self) -> anyhow::Result<String> {
         let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let key = self
             .api_key
@@ -157,14 +157,19 @@ pub async fn run(conn: &ClientArgs, command: ClientCommand) -> anyhow::Result<()
     match command {
         ClientCommand::Submit(args) => {
             let spec = args.to_spec()?;
-            let response = client
-                .submit(SubmitRequest { spec: Some(spec) })
-                .await?
-                .into_inner();
-            let mut proposal = response.proposal.unwrap_or_default();
+            let mut request = tonic::Request::new(SubmitRequest {
+                spec: Some(spec),
+                wait_for_decision: None,
+            });
             if args.wait {
-                proposal = await_decision(&mut client, proposal.id.clone(), args.timeout).await?;
+                // One call: the server answers with the decision, or with
+                // the proposal still open once `--timeout` has passed; the
+                // deadline leaves it a second more to answer.
+                request.get_mut().wait_for_decision = Some(args.timeout.try_into()?);
+                request.set_timeout(args.timeout + std::time::Duration::from_secs(1));
             }
+            let response = client.submit(request).await?.into_inner();
+            let proposal = response.proposal.unwrap_or_default();
             if conn.json {
                 let mut value = output::proposal_json(&proposal);
                 value["deduplicated"] = response.deduplicated.into();

@@ -104,17 +104,58 @@ fn escalation_line(e: &v1::Escalation, now: i64) -> String {
     line
 }
 
-/// `countersign inbox`: every open escalation of the tenant, oldest first.
-pub async fn run_inbox(conn: &ClientArgs) -> anyhow::Result<()> {
+/// What `countersign inbox` lists.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InboxArgs {
+    /// Every open escalation of the tenant, not only those waiting for your
+    /// vote.
+    #[arg(long)]
+    pub all: bool,
+    /// Only proposals whose action matches this glob (`*` any run of
+    /// characters, `?` one).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Only proposals on this target.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Only escalations this route opened.
+    #[arg(long)]
+    pub route: Option<String>,
+    /// Only proposals of this operator.
+    #[arg(long)]
+    pub operator: Option<String>,
+}
+
+impl InboxArgs {
+    /// The request's filters (the server checks them).
+    fn filter(&self) -> ListEscalationsRequest {
+        let text = |value: &Option<String>| value.clone().unwrap_or_default();
+        ListEscalationsRequest {
+            page_size: MAX_PAGE_SIZE,
+            action: text(&self.action),
+            target: text(&self.target),
+            route_id: text(&self.route),
+            operator: text(&self.operator),
+            awaiting_me: !self.all,
+            ..ListEscalationsRequest::default()
+        }
+    }
+}
+
+/// `countersign inbox`: the open escalations waiting for the caller's vote
+/// (`--all`: every open one of the tenant), oldest first, with how long each
+/// has left.
+pub async fn run_inbox(conn: &ClientArgs, args: &InboxArgs) -> anyhow::Result<()> {
     let (channel, auth) = conn.channel().await?;
     let mut client = EscalationServiceClient::with_interceptor(channel, auth);
+    let filter = args.filter();
     let mut escalations = Vec::new();
     let mut page_token = String::new();
     loop {
         let page = client
             .list_escalations(ListEscalationsRequest {
-                page_size: MAX_PAGE_SIZE,
                 page_token,
+                ..filter.clone()
             })
             .await?
             .into_inner();
@@ -126,7 +167,11 @@ pub async fn run_inbox(conn: &ClientArgs) -> anyhow::Result<()> {
     }
     let now = now_ms();
     if escalations.is_empty() && !conn.json {
-        println!("nothing waits for approval");
+        if args.all {
+            println!("nothing waits for approval");
+        } else {
+            println!("nothing waits for you (`countersign inbox --all` lists every open one)");
+        }
     }
     for e in &escalations {
         if conn.json {

@@ -34,13 +34,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics_addr = metrics.local_addr();
     let grace = config.shutdown.grace;
     let app = App::build(Settings::new(config), &shutdown).await?;
-    // Scripts and tests read the bound addresses from these two lines; a
+    // Scripts and tests read the bound addresses from these lines; a
     // reader that has gone (closed pipe) must not stop the server.
     {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "countersign listening on {}", app.local_addr());
         let _ = writeln!(out, "countersign metrics on {metrics_addr}");
+        if let Some(console) = app.console_addr() {
+            let _ = writeln!(out, "countersign console on http://{console}");
+        }
         let _ = out.flush();
         tracing::info!(addr = %metrics_addr, "metrics endpoint serving /metrics");
     }

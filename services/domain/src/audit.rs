@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     BlastRadius, DecisionOutcome, GateResult, Millis, decision::Decision, escalation::Vote,
+    model::ModelReview,
 };
 
 pub use checkpoint::{Checkpoint, CheckpointError, SigningKey, checkpoint_message, verify_message};
@@ -66,6 +67,12 @@ pub struct AuditRecord {
     /// The people's votes, in the order cast; absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub votes: Vec<Vote>,
+    /// The model's review (profile, endpoint, model, verdict or failure,
+    /// latency, tokens); absent (not `null`) from the canonical JSON of a
+    /// decision no model reviewed, so every such record hashes as it did
+    /// before model reviews existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelReview>,
 }
 
 /// The proposal's side of a record: who proposed what.
@@ -156,6 +163,7 @@ impl AuditRecord {
             review_latency_ms: decision.review_latency_ms,
             route_id: decision.route_id,
             votes: decision.votes,
+            model: decision.model,
         }
     }
 
@@ -178,8 +186,7 @@ impl AuditRecord {
             review_latency_ms: self.review_latency_ms,
             route_id: self.route_id.clone(),
             votes: self.votes.clone(),
-            // Not part of the record.
-            model: None,
+            model: self.model.clone(),
         }
     }
 

@@ -55,7 +55,8 @@ pub struct Decision {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub votes: Vec<Vote>,
     /// The model's review, where a tenant's profile asked for one (none: no
-    /// model reviewed it). Kept beside the decision, not in its audit record.
+    /// model reviewed it). Kept beside the decision and in its audit record,
+    /// which the log's chain covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelReview>,
 }

@@ -7,21 +7,25 @@
 //!   several.
 //! - [`decide`]: whether a reviewed proposal escalates ([`after_gates`]), the
 //!   open [`Escalation`], and its ending ([`Escalation::conclude`]).
-//! - [`vote`]: votes and `Resolve`'s checks ([`resolve`]).
+//! - [`vote`]: votes and `Resolve`'s checks ([`resolve`]), and whether a
+//!   proposal awaits a caller's vote ([`awaits`]).
+//! - [`inbox`]: what the inbox keeps of the open escalations.
 
 pub mod decide;
+pub mod inbox;
 pub mod route;
 pub mod vote;
 
 pub use decide::{
     AGENT_AWAITING_HUMAN, AGENT_HUMAN_APPROVED, AfterGates, Escalation, after_gates, after_review,
 };
+pub use inbox::{Awaiting, InboxFilter, InboxFilterInput, validate_filter};
 pub use route::{
     Route, RouteInput, RouteMatch, glob_matches, route_for, strictest, validate_route,
 };
 pub use vote::{
     Ballot, Caller, MAX_COMMENT, Resolution, ResolveError, Rule, Subject, Tally, Verdict, Vote,
-    resolve, tally,
+    Voter, awaits, resolve, tally,
 };
 
 /// The one form persons and operators are compared in: surrounding

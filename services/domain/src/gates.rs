@@ -122,6 +122,11 @@ pub struct ReviewFacts {
     /// The tenant's model profiles (`crate::model`), read with its routes in
     /// the same snapshot: not read by any gate, only by the model stage.
     pub model_profiles: Vec<crate::model::ModelProfile>,
+    /// The tenant's whole SOP catalogue, every action's, read in the same
+    /// snapshot where the tenant has a model profile (the stable prefix of
+    /// the model's prompt, `crate::model::prompt`); empty where it has none.
+    /// Shared by the reviews of a batch.
+    pub sop_catalogue: std::sync::Arc<[Sop]>,
 }
 
 /// The gates' results and what the review cites.

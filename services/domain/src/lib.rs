@@ -30,7 +30,7 @@ pub use error::{ErrorKind, ServiceError};
 pub use event::{Event, EventHorizon, EventKind};
 pub use principal::Principal;
 pub use proposal::{BlastRadius, OperationClass, Proposal, ProposalSpec, ReviewKey};
-pub use reference::{Sop, Target, TargetStatus, TenantPolicy};
+pub use reference::{RECEIPT_TTL_RANGE_MS, Sop, Target, TargetStatus, TenantPolicy};
 pub use role::{Permission, Role};
 pub use state::ProposalState;
 pub use validation::{FieldError, validate_sop, validate_spec, validate_target};

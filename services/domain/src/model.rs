@@ -10,7 +10,8 @@
 //!   strictly (its text and token counts, or `malformed`).
 //! - [`reply`]: the model's text, parsed strictly: any defect is `unsure`.
 //! - [`stage`]: what the model's answer (or its failure) does to the decision.
-//! - [`budget`]: a tenant's calls per minute.
+//! - [`budget`]: a tenant's calls per minute, the rule the store applies to
+//!   every process's calls.
 //! - [`record`]: what a decision records of its model review.
 
 pub mod budget;
@@ -21,7 +22,6 @@ pub mod record;
 pub mod reply;
 pub mod stage;
 
-pub use budget::CallBudget;
 pub use completion::{Completion, TokenUsage, parse_completion};
 pub use profile::{ModelProfile, ModelProfileInput, OnUnsure, profile_for, validate_profile};
 pub use prompt::{Prompt, ProposalFacts, prompt};

@@ -83,7 +83,13 @@ pub struct TenantPolicy {
     /// breaker (0: never).
     pub breaker_threshold: u32,
     pub breaker_window_ms: Millis,
+    /// How long an approval's signed receipt lets the operation run after
+    /// the decision ([`RECEIPT_TTL_RANGE_MS`]).
+    pub receipt_ttl_ms: Millis,
 }
+
+/// The receipt lifetimes a tenant may set: a second to a day.
+pub const RECEIPT_TTL_RANGE_MS: std::ops::RangeInclusive<Millis> = 1_000..=24 * 60 * 60 * 1000;
 
 impl Default for TenantPolicy {
     fn default() -> Self {
@@ -92,6 +98,7 @@ impl Default for TenantPolicy {
             allow_force_approve_no_sop: false,
             breaker_threshold: 3,
             breaker_window_ms: 5 * 60 * 1000,
+            receipt_ttl_ms: crate::receipt::DEFAULT_RECEIPT_TTL_MS,
         }
     }
 }

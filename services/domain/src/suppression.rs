@@ -16,6 +16,7 @@ use crate::{
     Decision, DecisionOutcome, Millis, ProposalSpec,
     breaker::BreakerRule,
     gates::{self, GateSpec},
+    model::Failure,
 };
 
 /// SHA-256 (hex) of what makes two submissions "the same call". The same on
@@ -70,10 +71,17 @@ fn canonical(value: &serde_json::Value, out: &mut String) {
 /// Whether a rejection may answer identical retries. Not when the only thing
 /// missing is the parallel-operation gate (the caller was told to wait for
 /// another operation, and one who waited must be reviewed), and not when the
-/// review itself failed (no verdict on the proposal at all).
+/// review itself failed (no verdict on the proposal at all), nor when the
+/// model gave none (a timeout, a provider error, an answer that is not a
+/// completion, a spent budget: the model is asked again). A model's reject
+/// or unsure is a verdict, and a reworded retry is answered from the cache.
 pub fn suppresses_retries(decision: &Decision) -> bool {
     decision.outcome == DecisionOutcome::Reject
         && !decision.missing_gates.iter().any(|g| g == gates::REVIEW)
+        && !decision
+            .gates
+            .iter()
+            .any(|g| g.gate == gates::MODEL && !g.passed && Failure::named(&g.detail).is_some())
         && decision
             .missing_gates
             .iter()

@@ -68,7 +68,7 @@ fn printable(field: &str, value: &str) -> Result<(), FieldError> {
 }
 
 /// A required identifier: not empty, at most `max` bytes, printable.
-fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+pub(crate) fn identifier(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     required(field, value, max)?;
     printable(field, value)
 }

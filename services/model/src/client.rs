@@ -86,6 +86,14 @@ impl Models {
         names
     }
 
+    /// Requests the endpoints may have in flight at once, all together.
+    pub fn capacity(&self) -> usize {
+        self.endpoints
+            .values()
+            .map(|e| e.config.max_concurrency)
+            .sum()
+    }
+
     /// Asks `endpoint` to review the proposal in `prompt`. Never fails: an
     /// unknown endpoint, a refused connection, an error status, a timeout or
     /// an answer that is not a chat completion is a [`Failure`].

@@ -50,6 +50,24 @@ pub fn page_size(requested: u32) -> Result<u32, FieldError> {
     }
 }
 
+/// A `google.protobuf.Duration` that must not be negative, as a
+/// `std::time::Duration`; malformed (nanos out of range, or of the other sign
+/// than the seconds) or negative, an error naming `field`.
+pub fn wait_from_proto(
+    field: &str,
+    d: &prost_types::Duration,
+) -> Result<std::time::Duration, FieldError> {
+    let nanos_in_range = d.nanos.unsigned_abs() < 1_000_000_000;
+    let signs_agree = !(d.seconds > 0 && d.nanos < 0 || d.seconds < 0 && d.nanos > 0);
+    if !nanos_in_range || !signs_agree {
+        return Err(FieldError::new(field, "is not a valid duration"));
+    }
+    if d.seconds < 0 || d.nanos < 0 {
+        return Err(FieldError::new(field, "must not be negative"));
+    }
+    Ok(std::time::Duration::new(d.seconds as u64, d.nanos as u32))
+}
+
 /// A wire spec becomes a domain spec, or the first field that cannot.
 pub fn spec_from_proto(spec: v1::ProposalSpec) -> Result<ProposalSpec, FieldError> {
     let class = match v1::OperationClass::try_from(spec.class) {
@@ -328,6 +346,33 @@ fn json_to_value(v: &Json) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wait_is_a_non_negative_well_formed_duration() {
+        use prost_types::Duration as Wire;
+        let wire = |seconds, nanos| Wire { seconds, nanos };
+        assert_eq!(
+            super::wait_from_proto("w", &wire(2, 500_000_000)),
+            Ok(std::time::Duration::from_millis(2_500))
+        );
+        assert_eq!(
+            super::wait_from_proto("w", &wire(0, 0)),
+            Ok(std::time::Duration::ZERO)
+        );
+        for (seconds, nanos, message) in [
+            (-1, 0, "must not be negative"),
+            (0, -1, "must not be negative"),
+            (1, 1_000_000_000, "is not a valid duration"),
+            (1, -5, "is not a valid duration"),
+            (-1, 5, "is not a valid duration"),
+        ] {
+            let error = super::wait_from_proto("w", &wire(seconds, nanos)).unwrap_err();
+            assert_eq!(
+                (error.field.as_str(), error.message.as_str()),
+                ("w", message)
+            );
+        }
+    }
+
     use super::*;
 
     fn wire_spec() -> v1::ProposalSpec {

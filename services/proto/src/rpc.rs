@@ -8,9 +8,9 @@
 pub enum Kind {
     /// One request, one answer, within the ordinary deadline.
     Unary,
-    /// A unary call that waits for something on purpose (`AwaitDecision`):
-    /// it may run as long as its caller asks, up to a ceiling. Named in
-    /// `build.rs`'s `LONG_POLLS`.
+    /// A unary call that waits for something on purpose (`AwaitDecision`,
+    /// and `Submit`, which may wait for its decision): it may run as long as
+    /// its caller asks, up to a ceiling. Named in `build.rs`'s `LONG_POLLS`.
     LongPoll,
     /// One request, a stream of answers (`Watch`).
     ServerStream,
@@ -131,7 +131,7 @@ mod tests {
     }
 
     #[test]
-    fn only_await_decision_is_a_long_poll_and_watch_streams() {
+    fn only_submit_and_await_decision_are_long_polls_and_watch_streams() {
         let long_polls: Vec<_> = RPCS
             .iter()
             .filter(|rpc| rpc.kind == Kind::LongPoll)
@@ -139,7 +139,10 @@ mod tests {
             .collect();
         assert_eq!(
             long_polls,
-            ["/countersign.v1.ProposalService/AwaitDecision"]
+            [
+                "/countersign.v1.ProposalService/Submit",
+                "/countersign.v1.ProposalService/AwaitDecision"
+            ]
         );
         let watch = find("/countersign.v1.NotificationService/Watch").unwrap();
         assert_eq!(watch.kind, Kind::ServerStream);

@@ -1,6 +1,7 @@
 use std::{sync::Arc, time::Duration};
 
 use countersign_domain::gates::{ReviewFacts, Verdict};
+use countersign_model::Models;
 
 /// The function that turns facts into a verdict: the domain's gates in
 /// production. Tests may swap in one that misbehaves (panics, drops gates) to
@@ -32,6 +33,9 @@ pub struct ReviewerConfig {
     /// How often the janitor reclaims expired leases and times out overdue reviews.
     pub janitor_every: Duration,
     pub evaluator: Evaluator,
+    /// The operator's model endpoints, which tenants' model profiles name
+    /// (none: no proposal is reviewed by a model).
+    pub models: Models,
 }
 
 impl ReviewerConfig {
@@ -48,6 +52,7 @@ impl ReviewerConfig {
             idle_poll: Duration::from_millis(250),
             janitor_every: Duration::from_secs(1),
             evaluator: Arc::new(countersign_domain::gates::evaluate),
+            models: Models::default(),
         }
     }
 }
@@ -62,6 +67,7 @@ impl std::fmt::Debug for ReviewerConfig {
             .field("lease", &self.lease)
             .field("max_attempts", &self.max_attempts)
             .field("review_deadline", &self.review_deadline)
+            .field("models", &self.models.names())
             .finish_non_exhaustive()
     }
 }

@@ -1,5 +1,8 @@
 //! One worker: lease a batch, review each, record the decisions (or open the
-//! escalations a tenant's routes ask for), ack.
+//! escalations a tenant's routes ask for), ack. A proposal a tenant's model
+//! profile sends to a model leaves the batch for a task of its own
+//! (`model_stage`); the process's recorder records the results of those that
+//! finished together, whichever worker asked, and settles their leases.
 
 use std::{
     panic::{AssertUnwindSafe, catch_unwind},
@@ -17,10 +20,18 @@ use countersign_queue::{DynQueue, Lease, Submissions};
 use countersign_store::{
     BeginReview, Changes, Escalations, EventKind, RecordOutcome, ReviewKey, Reviews,
 };
-use tokio::sync::{broadcast, watch};
+use tokio::{
+    sync::{broadcast, watch},
+    task::JoinSet,
+};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::{ReviewerConfig, trace_context};
+use crate::{
+    ReviewerConfig,
+    model_stage::{self, Answers, Ask, ModelStage},
+    trace_context,
+};
 
 /// Which entries a worker leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,39 +52,52 @@ pub struct Worker {
     pub changes: Arc<dyn Changes>,
     pub queue: DynQueue,
     pub config: Arc<ReviewerConfig>,
+    /// The model reviewer, shared by the process's workers.
+    pub model: Arc<ModelStage>,
 }
 
 /// What to do with a lease after a review attempt.
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     /// Decided (or nothing left to decide): ack.
     Done,
     /// Decided as failed after too many attempts: park the entry.
     DeadLetter(String),
     /// Try again after the delay; the attempt counts.
     Retry(String, Duration),
+    /// Handed to a model review's task, which settles it.
+    Asked,
 }
 
 pub(crate) use countersign_domain::now_ms;
 
 /// What a review concludes.
 #[derive(Debug, Clone)]
-enum Concluded {
-    /// Decided as the gates say (or failed, or timed out).
+pub(crate) enum Concluded {
+    /// Decided as the gates (and the model) say, or failed, or timed out.
     Decided(Decision),
     /// Sent to people under a route of the tenant's, instead of decided.
     Escalated(Escalation),
 }
 
-type Reviewed = Vec<(usize, Result<Concluded, Step>)>;
+/// Where the gates leave a review: concluded (as [`Concluded`]), or to be
+/// asked of a model.
+#[derive(Debug)]
+enum Reviewed {
+    Decided(Decision),
+    Escalated(Escalation),
+    Ask(Box<Ask>),
+}
+
+type Results = Vec<(usize, Result<Reviewed, Step>)>;
 
 /// Every proposal of `due` goes back to the queue to be tried again.
 fn retry_all(
-    mut out: Reviewed,
+    mut out: Results,
     due: Vec<(usize, Box<Proposal>, Millis)>,
     why: &str,
     delay: Duration,
-) -> Reviewed {
+) -> Results {
     out.extend(
         due.into_iter()
             .map(|(i, _, _)| (i, Err(Step::Retry(why.to_owned(), delay)))),
@@ -137,11 +161,38 @@ fn key(lease: &Lease) -> ReviewKey {
 }
 
 impl Worker {
-    pub async fn run(self, stop: CancellationToken) {
+    /// Reviews batches until `stop`, its model reviews sending their
+    /// results to `answers` (the process's recorder); then waits for those
+    /// reviews, which give their leases back on `stop`.
+    pub(crate) async fn run(self, stop: CancellationToken, answers: Answers) {
+        let this = Arc::new(self);
+        let mut asked = JoinSet::new();
+        this.run_until(&stop, &mut asked, &answers).await;
+        while asked.join_next().await.is_some() {}
+        tracing::debug!(worker = %this.id, "reviewer stopped");
+    }
+
+    async fn run_until(
+        self: &Arc<Self>,
+        stop: &CancellationToken,
+        asked: &mut JoinSet<()>,
+        answers: &Answers,
+    ) {
         let mut events = self.changes.subscribe();
         let mut enqueued = self.queue.enqueued();
         tracing::debug!(worker = %self.id, "reviewer started");
         while !stop.is_cancelled() {
+            while asked.try_join_next().is_some() {}
+            // A shared worker leases nothing while the process's model
+            // reviews are at their bound: what it began would wait for the
+            // model's turns and run into its deadline. The express lane
+            // still serves the tenants nobody is reviewing.
+            if self.lane == Lane::Shared {
+                self.model.room(stop).await;
+                if stop.is_cancelled() {
+                    break;
+                }
+            }
             // Seen before the fetch: an entry enqueued after it wakes the wait.
             if let Some(enqueued) = &mut enqueued {
                 enqueued.borrow_and_update();
@@ -171,12 +222,11 @@ impl Worker {
                 }
                 continue;
             }
-            self.process(leases).await;
+            self.process(leases, (asked, answers), stop).await;
         }
-        tracing::debug!(worker = %self.id, "reviewer stopped");
     }
 
-    fn stamp(&self, started_at: Millis) -> ReviewStamp {
+    pub(crate) fn stamp(&self, started_at: Millis) -> ReviewStamp {
         let now = now_ms();
         ReviewStamp {
             reviewer: self.id.clone(),
@@ -185,9 +235,17 @@ impl Worker {
         }
     }
 
-    /// Reviews a batch: one transaction starts them, one records them.
+    /// Reviews a batch: one transaction starts them, one records them. The
+    /// proposals a model reviews go to tasks of their own in `asked`,
+    /// started before the rest is recorded, which send their results to
+    /// `answers` (the process's recorder).
     #[tracing::instrument(name = "reviewer.review_batch", skip_all, fields(worker = %self.id, n = leases.len()))]
-    async fn process(&self, leases: Vec<Lease>) {
+    async fn process(
+        self: &Arc<Self>,
+        leases: Vec<Lease>,
+        (asked, answers): (&mut JoinSet<()>, &Answers),
+        stop: &CancellationToken,
+    ) {
         let mut steps: Vec<Option<Step>> = vec![None; leases.len()];
         // One `reviewer.review` span per proposal begun, in its caller's trace.
         let mut spans: Vec<Option<tracing::Span>> = vec![None; leases.len()];
@@ -243,14 +301,41 @@ impl Worker {
                 }
                 for (i, result) in self.review_all(open, &spans).await {
                     match result {
-                        Ok(Concluded::Decided(decision)) => decided.push((i, decision, Step::Done)),
-                        Ok(Concluded::Escalated(escalation)) => escalating.push((i, escalation)),
+                        Ok(Reviewed::Decided(decision)) => decided.push((i, decision, Step::Done)),
+                        Ok(Reviewed::Escalated(escalation)) => escalating.push((i, escalation)),
+                        Ok(Reviewed::Ask(ask)) => {
+                            let task = self.clone().review_by_model(
+                                (leases[i].clone(), spans[i].clone()),
+                                *ask,
+                                (self.model.enter(), answers.clone()),
+                                stop.clone(),
+                            );
+                            asked.spawn(match spans[i].clone() {
+                                Some(span) => task.instrument(span),
+                                None => task.instrument(tracing::Span::none()),
+                            });
+                            steps[i] = Some(Step::Asked);
+                        }
                         Err(step) => steps[i] = Some(step),
                     }
                 }
             }
         }
+        self.record(&leases, &spans, decided, escalating, &mut steps)
+            .await;
+        self.settle(&leases, steps).await;
+    }
 
+    /// Records `decided` in one transaction and opens `escalating` in
+    /// another; each lease's step as its fate says.
+    pub(crate) async fn record(
+        &self,
+        leases: &[Lease],
+        spans: &[Option<tracing::Span>],
+        decided: Vec<(usize, Decision, Step)>,
+        escalating: Vec<(usize, Escalation)>,
+        steps: &mut [Option<Step>],
+    ) {
         if !decided.is_empty() {
             let items = decided
                 .iter()
@@ -288,10 +373,9 @@ impl Worker {
             }
         }
         if !escalating.is_empty() {
-            self.open_escalations(&leases, escalating, &spans, &mut steps)
+            self.open_escalations(leases, escalating, spans, steps)
                 .await;
         }
-        self.settle(&leases, steps).await;
     }
 
     /// Opens the batch's escalations in one transaction; each lease's step
@@ -350,7 +434,7 @@ impl Worker {
         &self,
         open: Vec<(usize, Box<Proposal>, Millis)>,
         spans: &[Option<tracing::Span>],
-    ) -> Reviewed {
+    ) -> Results {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let past = |started_at: Millis| now_ms() >= started_at + deadline_ms as Millis;
         // A review already past its deadline needs no facts.
@@ -359,7 +443,7 @@ impl Worker {
             .into_iter()
             .map(|(i, _, at)| {
                 let timed_out = review::timed_out(deadline_ms, self.stamp(at));
-                (i, Ok(Concluded::Decided(timed_out)))
+                (i, Ok(Reviewed::Decided(timed_out)))
             })
             .collect();
         if due.is_empty() {
@@ -395,40 +479,59 @@ impl Worker {
 
     /// Runs the gates on gathered facts, then the step after them: the
     /// strictest of the tenant's routes that matches may send the proposal
-    /// to people (`escalation::after_review`), else the gates decide. A
-    /// panic or a passed deadline never approves and never escalates.
+    /// to people (`escalation::after_review`), else the gates decide. Where
+    /// the gates would approve it or a route escalates it, and a model
+    /// profile of the tenant matches it, it is asked of the model instead
+    /// (`model_stage`). A panic or a passed deadline never approves, never
+    /// escalates and asks no model.
     fn decide(
         &self,
         proposal: &Proposal,
         facts: &ReviewFacts,
         started_at: Millis,
-    ) -> Result<Concluded, Step> {
+    ) -> Result<Reviewed, Step> {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
         let evaluator = self.config.evaluator.clone();
-        let (verdict, route) = catch_unwind(AssertUnwindSafe(|| {
+        let (verdict, route, asked) = catch_unwind(AssertUnwindSafe(|| {
             let verdict = evaluator(facts);
             let route = match escalation::after_review(facts, &verdict, &facts.routes) {
                 AfterGates::Escalate(route) => Some(route.clone()),
                 AfterGates::Decide => None,
             };
-            (verdict, route)
+            // Only what would be approved or escalated: a rejection by the
+            // gates is never put to a model.
+            let asked = (route.is_some() || verdict.approves())
+                .then(|| model_stage::profile_of(facts))
+                .flatten()
+                .map(|profile| (profile, model_stage::prompt_for(proposal, facts, &verdict)));
+            (verdict, route, asked)
         }))
         .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
         let stamp = self.stamp(started_at);
         Ok(if now_ms() >= started_at + deadline_ms as Millis {
-            Concluded::Decided(review::timed_out(deadline_ms, stamp))
+            Reviewed::Decided(review::timed_out(deadline_ms, stamp))
+        } else if let Some((profile, prompt)) = asked {
+            Reviewed::Ask(Box::new(Ask {
+                profile,
+                prompt,
+                verdict,
+                route,
+                spec: facts.spec.clone(),
+                started_at,
+            }))
         } else if let Some(route) = route {
-            Concluded::Escalated(Escalation::open(&route, &verdict, &stamp))
+            Reviewed::Escalated(Escalation::open(&route, &verdict, &stamp))
         } else {
-            Concluded::Decided(review::decide(&verdict, &(&proposal.spec).into(), stamp))
+            Reviewed::Decided(review::decide(&verdict, &(&proposal.spec).into(), stamp))
         })
     }
 
     /// Acks, dead-letters and releases as each lease's step says.
-    async fn settle(&self, leases: &[Lease], steps: Vec<Option<Step>>) {
+    pub(crate) async fn settle(&self, leases: &[Lease], steps: Vec<Option<Step>>) {
         let mut done = Vec::new();
         for (lease, step) in leases.iter().zip(steps) {
             let result = match step.unwrap_or(Step::Retry("no step".into(), Duration::ZERO)) {
+                Step::Asked => Ok(()),
                 Step::Done => {
                     done.push(lease.clone());
                     Ok(())
@@ -453,6 +556,10 @@ impl Worker {
                 // The lease will expire and the entry be reclaimed.
                 tracing::warn!(worker = %self.id, proposal = %lease.proposal_id, %error, "queue update failed");
             }
+        }
+        // A batch the model took whole has nothing to ack: no trip to the queue.
+        if done.is_empty() {
+            return;
         }
         if let Err(error) = self.queue.ack_many(&done).await {
             tracing::warn!(worker = %self.id, %error, "ack failed; leases will expire and be reclaimed");

@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use countersign_domain::{
     DecisionOutcome, Millis, Proposal, ProposalState, TargetStatus,
-    escalation::{Route, RouteInput, RouteMatch, validate_route},
+    escalation::{InboxFilter, Route, RouteInput, RouteMatch, validate_route},
     gates::{BLAST_RADIUS, HUMAN, SOP, TARGET_STATE},
     now_ms,
 };
@@ -359,7 +359,7 @@ async fn escalations_survive_a_restart_and_expire_on_time() {
         ProposalState::Escalated
     );
     let open: Vec<String> = store
-        .list_escalations("later", None, 10)
+        .list_escalations("later", &InboxFilter::default(), None, 10)
         .await
         .unwrap()
         .into_iter()

@@ -12,8 +12,8 @@ use countersign_domain::{
     Decision, DecisionOutcome, Millis, Proposal, ProposalState, Role, Target,
     commit::{self, AtFinalApproval, Recording, SopAtCommit},
     escalation::{
-        Ballot, Caller, Escalation, Resolution, ResolveError, Route, RouteMatch, Subject, Verdict,
-        Vote, normalize_person, resolve,
+        Ballot, Caller, Escalation, InboxFilter, Resolution, ResolveError, Route, RouteMatch,
+        Subject, Verdict, Vote, normalize_person, resolve,
     },
     gates::GateSpec,
 };
@@ -217,6 +217,79 @@ pub(crate) fn page<R: Columns>(rows: &[R]) -> Result<(Vec<String>, Vec<Escalatio
         .map(|page| page.into_iter().unzip())
 }
 
+/// One page of a filtered inbox, read in chunks of the open escalations
+/// (in page order) until `limit` are kept or the list runs out; each backend
+/// reads the chunks [`Scan::next`] asks for, in one read transaction:
+///
+/// ```text
+/// while let Some((after, n)) = scan.next() { scan.take(read(after, n)?, n) }
+/// ```
+///
+/// A page token names the last escalation kept, so the next page carries on
+/// from it under the same filter.
+pub(crate) struct Scan<'f> {
+    filter: &'f InboxFilter,
+    limit: u32,
+    /// At least this many rows a chunk reads under a filter.
+    chunk: u32,
+    after: Option<(Millis, String)>,
+    kept: Vec<EscalationRecord>,
+    exhausted: bool,
+}
+
+impl<'f> Scan<'f> {
+    /// At least this many rows a chunk reads under a filter: most of them
+    /// may be dropped.
+    const CHUNK: u32 = 256;
+
+    pub fn new(filter: &'f InboxFilter, after: Option<(Millis, String)>, limit: u32) -> Self {
+        Scan {
+            filter,
+            limit,
+            chunk: Self::CHUNK,
+            after,
+            kept: Vec::new(),
+            exhausted: false,
+        }
+    }
+
+    /// The chunk to read next: after which (opened_at, proposal id), how
+    /// many rows; `None` once the page is full or the list has run out.
+    pub fn next(&self) -> Option<(Option<(Millis, String)>, u32)> {
+        let wanted = self.limit.saturating_sub(self.kept.len() as u32);
+        if self.exhausted || wanted == 0 {
+            return None;
+        }
+        let n = if self.filter.is_empty() {
+            wanted
+        } else {
+            wanted.max(self.chunk)
+        };
+        Some((self.after.clone(), n))
+    }
+
+    /// A chunk of `asked` rows read as [`Scan::next`] said: the records the
+    /// filter keeps are kept, up to the page's limit.
+    pub fn take(&mut self, chunk: Vec<EscalationRecord>, asked: u32) {
+        self.exhausted = (chunk.len() as u64) < u64::from(asked);
+        if let Some(last) = chunk.last() {
+            self.after = Some((last.escalation.opened_at, last.proposal.id.clone()));
+        }
+        let room = self.limit as usize - self.kept.len();
+        self.kept.extend(
+            chunk
+                .into_iter()
+                .filter(|r| self.filter.keeps(&r.proposal, &r.escalation, &r.votes))
+                .take(room),
+        );
+    }
+
+    /// The page: at most `limit` records, in page order.
+    pub fn finish(self) -> Vec<EscalationRecord> {
+        self.kept
+    }
+}
+
 /// Escalations as read, each with its proposal (`proposals`, by id) and its
 /// votes (`votes`, in the order cast), in the escalations' order. A proposal
 /// missing beside its escalation is corrupt.
@@ -260,42 +333,6 @@ pub(crate) fn opening(key: &ReviewKey, state: &str) -> Result<RecordOutcome> {
     })
 }
 
-/// A caller of `cast_vote`, owned (a backend's transaction may run on
-/// another thread).
-pub(crate) struct OwnedCaller {
-    tenant: String,
-    key_id: String,
-    person: Option<String>,
-    role: Role,
-    agent: bool,
-}
-
-impl OwnedCaller {
-    pub fn of(caller: &Caller<'_>) -> OwnedCaller {
-        OwnedCaller {
-            tenant: caller.tenant.to_owned(),
-            key_id: caller.key_id.to_owned(),
-            person: caller.person.map(str::to_owned),
-            role: caller.role,
-            agent: caller.agent,
-        }
-    }
-
-    pub fn get(&self) -> Caller<'_> {
-        Caller {
-            tenant: &self.tenant,
-            key_id: &self.key_id,
-            person: self.person.as_deref(),
-            role: self.role,
-            agent: self.agent,
-        }
-    }
-
-    pub fn tenant(&self) -> &str {
-        &self.tenant
-    }
-}
-
 /// A ballot, owned.
 pub(crate) struct OwnedBallot {
     verdict: Option<Verdict>,
@@ -329,14 +366,28 @@ pub(crate) struct Found {
 
 impl Found {
     fn subject(&self) -> Subject<'_> {
-        let p = &self.proposal;
-        Subject {
-            id: &p.id,
-            tenant: &p.tenant,
-            state: p.state,
-            submitter_person: p.submitted_by_person.as_deref(),
-            spec: &p.spec,
-        }
+        Subject::of(&self.proposal)
+    }
+
+    /// Its escalation record, if it was ever escalated.
+    pub fn record(self) -> Option<EscalationRecord> {
+        Some(EscalationRecord {
+            escalation: self.escalation?,
+            proposal: self.proposal,
+            votes: self.votes,
+        })
+    }
+
+    /// [`Found::record`] with the votes as they stood at an event of the
+    /// proposal that `later` of its VOTE events follow. A proposal's votes
+    /// and their VOTE events are written one by one in the same order (each
+    /// vote under the proposal's lock, its event in its transaction), so
+    /// those are its last `later` votes. The count is the same whenever it
+    /// is read: a vote cast since adds a vote and a later event alike.
+    pub fn record_at_event(mut self, later: i64) -> Option<EscalationRecord> {
+        let later = usize::try_from(later).unwrap_or(0);
+        self.votes.truncate(self.votes.len().saturating_sub(later));
+        self.record()
     }
 
     fn key(&self) -> ReviewKey {
@@ -514,5 +565,110 @@ impl VotePlan {
             resolution,
             proposal,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use countersign_domain::{
+        Proposal, ProposalState,
+        escalation::{Escalation, InboxFilter},
+    };
+    use countersign_test_support::fixtures;
+
+    use super::Scan;
+    use crate::EscalationRecord;
+
+    /// An open escalation of a proposal on `target`, opened at `at`.
+    fn record(target: &str, at: i64) -> EscalationRecord {
+        let mut spec = fixtures::spec();
+        spec.target = target.into();
+        EscalationRecord {
+            proposal: Proposal {
+                id: format!("P{at:03}"),
+                tenant: "a".into(),
+                spec,
+                state: ProposalState::Escalated,
+                submitted_by: "bot".into(),
+                submitted_by_person: None,
+                created_at: at,
+                updated_at: at,
+                decision: None,
+                suppressed_retries: 0,
+                cancel_reason: None,
+            },
+            escalation: Escalation {
+                route_id: "r".into(),
+                approvals_required: 1,
+                approver_roles: Vec::new(),
+                opened_at: at,
+                expires_at: at + 1_000,
+                gates: Vec::new(),
+                sop_id: None,
+                sop_version: None,
+                rollback_path: None,
+                reviewer: "w".into(),
+                review_latency_ms: 0,
+                model: None,
+            },
+            votes: Vec::new(),
+        }
+    }
+
+    /// The page `scan` reads from `all` (in page order), chunk by chunk; the
+    /// chunks it asked for.
+    fn run(mut scan: Scan<'_>, all: &[EscalationRecord]) -> (Vec<String>, usize) {
+        let mut chunks = 0;
+        while let Some((after, n)) = scan.next() {
+            chunks += 1;
+            let chunk = all
+                .iter()
+                .filter(|r| {
+                    after
+                        .as_ref()
+                        .is_none_or(|(at, id)| (r.escalation.opened_at, &r.proposal.id) > (*at, id))
+                })
+                .take(n as usize)
+                .cloned()
+                .collect();
+            scan.take(chunk, n);
+        }
+        let ids = scan.finish().into_iter().map(|r| r.proposal.id).collect();
+        (ids, chunks)
+    }
+
+    /// A filter whose matches lie chunks apart is read on, chunk after
+    /// chunk, until the page is full or the list runs out, and the next page
+    /// carries on after the last kept.
+    #[test]
+    fn a_filtered_page_reads_on_past_chunks_that_keep_nothing() {
+        let all: Vec<EscalationRecord> = (1..=9)
+            .map(|at| record(if at % 4 == 0 { "db-01" } else { "node" }, at))
+            .collect();
+        let filter = InboxFilter {
+            target: Some("db-01".into()),
+            ..InboxFilter::default()
+        };
+        let scan = |after: Option<(i64, String)>, limit| Scan {
+            chunk: 2,
+            ..Scan::new(&filter, after, limit)
+        };
+        assert_eq!(
+            run(scan(None, 5), &all),
+            (vec!["P004".into(), "P008".into()], 3)
+        );
+        assert_eq!(run(scan(None, 1), &all), (vec!["P004".into()], 2));
+        let after = Some((4, "P004".to_owned()));
+        assert_eq!(run(scan(after, 1), &all), (vec!["P008".into()], 2));
+        let after = Some((8, "P008".to_owned()));
+        assert_eq!(run(scan(after, 1), &all), (Vec::<String>::new(), 1));
+
+        // Unfiltered, a page is one read of exactly its size.
+        let everything = InboxFilter::default();
+        let page = Scan::new(&everything, None, 3);
+        assert_eq!(
+            run(page, &all),
+            (vec!["P001".into(), "P002".into(), "P003".into()], 1)
+        );
     }
 }

@@ -1,11 +1,14 @@
 //! A review batch's facts from one tenant's rows. Both backends read the same
-//! rows per tenant of a batch (its policy, the SOPs of the batch's actions, its
-//! targets, its routes, its model profiles, and the operations that may
-//! overlap any of them, each in one statement) and assemble them here, so a
+//! rows per tenant of a batch (its policy, its model profiles, the SOPs of the
+//! batch's actions — every SOP where it has a model profile —, its targets,
+//! its routes, and the operations that may overlap any of them, each in one
+//! statement) and assemble them here, so a
 //! batch costs a handful of statements whatever its size.
 
+use std::sync::Arc;
+
 use countersign_domain::{
-    BlastRadius, Millis, Proposal, TenantPolicy,
+    BlastRadius, Millis, Proposal, Sop, TenantPolicy,
     escalation::Route,
     gates::{self, OtherOperation, ReviewFacts},
     model::ModelProfile,
@@ -90,11 +93,13 @@ impl<'a> Batch<'a> {
     }
 
     /// The facts of the tenant's proposals (`indices`) but their other
-    /// operations, from the tenant's SOP rows (of the group's actions),
-    /// target rows, route rows and model profile rows, as of now. A row that
-    /// does not map fails only the reviews that read it (a route or a
-    /// profile: every review of the tenant); `None` when no review is left
-    /// to complete.
+    /// operations, from the tenant's SOP rows, target rows, route rows and
+    /// model profile rows, as of now. The SOP rows are those of the group's
+    /// actions, or, where the tenant has a model profile
+    /// ([`sops_for_every_action`]), all of them: its catalogue. A row that
+    /// does not map fails only the reviews that read it (a route, a profile
+    /// or, with a profile, any SOP: every review of the tenant); `None` when
+    /// no review is left to complete.
     pub(crate) fn gather<R: Columns>(
         &mut self,
         indices: &[usize],
@@ -112,8 +117,17 @@ impl<'a> Batch<'a> {
             .and_then(|routes| {
                 let profiles = profile_rows.iter().map(ModelProfile::from_row);
                 Ok((routes, profiles.collect::<Result<Vec<_>>>()?))
+            })
+            .and_then(|(routes, profiles)| {
+                let catalogue: Arc<[Sop]> = if sops_for_every_action(profile_rows) {
+                    let sops = sop_rows.iter().map(rows::sop_from_row);
+                    sops.collect::<Result<Vec<_>>>()?.into()
+                } else {
+                    Arc::new([])
+                };
+                Ok((routes, profiles, catalogue))
             });
-        let (routes, model_profiles) = match documents {
+        let (routes, model_profiles, sop_catalogue) = match documents {
             Ok(documents) => documents,
             Err(error) => {
                 let what = match error {
@@ -154,6 +168,7 @@ impl<'a> Batch<'a> {
                         now,
                         routes: routes.clone(),
                         model_profiles: model_profiles.clone(),
+                        sop_catalogue: sop_catalogue.clone(),
                     },
                 )),
                 (Err(error), _) | (_, Err(error)) => self.out[i] = Some(Err(error)),
@@ -219,6 +234,14 @@ impl<'a> Batch<'a> {
             .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
             .collect()
     }
+}
+
+/// Whether a tenant group's SOP rows are to be read for every action (its
+/// catalogue, for the model's prompt) rather than for the group's actions
+/// alone: where the tenant has a model profile (its `profile_rows`, read
+/// first).
+pub(crate) fn sops_for_every_action<R>(profile_rows: &[R]) -> bool {
+    !profile_rows.is_empty()
 }
 
 pub(crate) fn others_from<R: Columns>(rows: &[R]) -> Result<Vec<OtherOperation>> {

@@ -26,13 +26,13 @@ pub use error::StoreError;
 pub use postgres::PostgresStore;
 pub use sqlite::{EmbeddedQueue, SqliteStore, SqliteWriter, Synchronous, database_file};
 pub use traits::{
-    ApiKeys, AuditLog, Changes, Directory, Escalations, EventLog, Lifecycle, ModelProfiles,
-    Proposals, Reference, Reviews, Routes, Store, Suppressions, Tenants,
+    ApiKeys, AuditLog, Changes, ConsoleSessions, Directory, Escalations, EventLog, Lifecycle,
+    ModelCalls, ModelProfiles, Proposals, Reference, Reviews, Routes, Store, Suppressions, Tenants,
 };
 pub use types::{
-    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, EscalationRecord, NewApiKey,
-    NewProposal, OverdueReview, RecentRejection, RecordOutcome, StoreEvent, SubmitOutcome, Tenant,
-    Voted, validate_tenant_name,
+    ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, ConsoleSession, EscalationRecord,
+    NewApiKey, NewProposal, OverdueReview, RecentRejection, RecordOutcome, StoreEvent,
+    SubmitOutcome, Tenant, Voted, check_policy, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -167,6 +167,7 @@ pub(crate) fn tenant_from_row(row: &impl Columns) -> Result<crate::Tenant> {
             allow_force_approve_no_sop: row.flag("allow_force_approve_no_sop")?,
             breaker_threshold: row.int("breaker_threshold")?.clamp(0, i64::from(u32::MAX)) as u32,
             breaker_window_ms: row.int("breaker_window_ms")?,
+            receipt_ttl_ms: row.int("receipt_ttl_ms")?,
         },
     })
 }
@@ -254,20 +255,8 @@ pub(crate) fn target_from_row(row: &impl Columns) -> Result<Target> {
 }
 
 /// A `decisions` row (its `sequence` and `digest` come from the audit log),
-/// with its model review.
+/// with its model review: all of it is in the audit record.
 pub(crate) fn decision_from_row(row: &impl Columns) -> Result<Decision> {
-    let model = crate::model::review_from_row(row, || {
-        format!("decision {}", row.text("proposal_id").unwrap_or_default())
-    })?;
-    Ok(Decision {
-        model,
-        ..recorded_from_row(row)?
-    })
-}
-
-/// What a `decisions` row holds of the audit record: everything but the
-/// model review, which is not part of it (and is not read).
-fn recorded_from_row(row: &impl Columns) -> Result<Decision> {
     let id = row.text("proposal_id")?;
     let outcome = row.text("outcome")?;
     Ok(Decision {
@@ -296,7 +285,7 @@ fn recorded_from_row(row: &impl Columns) -> Result<Decision> {
             .transpose()
             .map_err(|e| corrupt(format!("decision {id} votes: {e}")))?
             .unwrap_or_default(),
-        model: None,
+        model: crate::model::review_from_row(row, || format!("decision {id}"))?,
     })
 }
 
@@ -315,7 +304,7 @@ pub(crate) fn record_from_row(row: &impl Columns) -> Result<AuditRecord> {
             .map_err(|e| corrupt(format!("proposal {proposal_id}: {e}")))?,
         proposal_id,
     };
-    Ok(AuditRecord::new(proposed, recorded_from_row(row)?))
+    Ok(AuditRecord::new(proposed, decision_from_row(row)?))
 }
 
 /// An `audit_log` row: sequence, digest and the record.
@@ -341,7 +330,7 @@ pub(crate) const STORED_ENTRY_COLUMNS: &str = "a.sequence, a.digest, a.record, a
     d.gates_json AS d_gates_json, d.missing_gates_json AS d_missing_gates_json,
     d.reviewer AS d_reviewer, d.decided_at AS d_decided_at, d.summary AS d_summary,
     d.review_latency_ms AS d_review_latency_ms, d.route_id AS d_route_id,
-    d.votes_json AS d_votes_json,
+    d.votes_json AS d_votes_json, d.model_json AS d_model_json,
     p.id AS p_id, p.tenant AS p_tenant, p.state AS p_state, p.action AS p_action,
     p.target AS p_target, p.operator AS p_operator, p.submitted_by AS p_submitted_by,
     p.blast_radius AS p_blast_radius";
@@ -382,6 +371,7 @@ pub(crate) fn stored_entry_from_row(row: &impl Columns) -> Result<StoredEntry> {
             review_latency_ms: d.int("review_latency_ms")?,
             route_id: d.opt_text("route_id")?,
             votes_json: d.opt_text("votes_json")?,
+            model_json: d.opt_text("model_json")?,
         }),
     };
     let p = Prefixed(row, "p_");

@@ -28,6 +28,18 @@ pub struct ApiKeyRecord {
     pub person: Option<String>,
 }
 
+/// A browser console session: who signed in (the key it acts as) and until
+/// when. `token_hash` is the SHA-256 of the random token in its cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    pub token_hash: Vec<u8>,
+    pub tenant: String,
+    pub key_id: String,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub revoked_at: Option<Millis>,
+}
+
 #[derive(Debug, Clone)]
 pub struct NewApiKey {
     pub tenant: String,
@@ -192,6 +204,25 @@ impl SubmitOutcome {
 }
 
 /// Tenant names: 1..=63 of `[a-z0-9-]`, starting with a letter or digit.
+/// The rules every tenant policy keeps, on both backends: windows not
+/// negative, a receipt lifetime within [`countersign_domain::RECEIPT_TTL_RANGE_MS`].
+pub fn check_policy(policy: &countersign_domain::TenantPolicy) -> Result<(), StoreError> {
+    if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
+        return Err(StoreError::InvalidArgument(
+            "windows must not be negative".into(),
+        ));
+    }
+    let range = countersign_domain::RECEIPT_TTL_RANGE_MS;
+    if !range.contains(&policy.receipt_ttl_ms) {
+        return Err(StoreError::InvalidArgument(format!(
+            "receipt_ttl_ms: must be {} to {} ms (a second to a day)",
+            range.start(),
+            range.end()
+        )));
+    }
+    Ok(())
+}
+
 pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
     let ok = !name.is_empty()
         && name.len() <= 63

@@ -9,17 +9,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use countersign_domain::{
-    GateResult, ProposalState, Role,
-    audit::{FailureKind, Verification, Verifier},
+    ProposalState, Role,
+    audit::FailureKind,
     escalation::{Ballot, Caller, Escalation, ResolveError, RouteInput, Verdict, validate_route},
-    gates::{GATES, Verdict as GateVerdict},
     now_ms,
     review::ReviewStamp,
 };
-use countersign_store::{DynStore, NewProposal, ReviewKey, sqlite::Migrations};
+use countersign_store::{DynStore, sqlite::Migrations};
 use countersign_test_support::{fixtures, postgres::TestDatabase, sqlite::SqliteDatabase};
 use rusqlite::params;
 use sqlx::{Connection, migrate::Migrator};
+
+mod tampering;
+use tampering::{Tampering, verify};
 
 fn migrations(backend: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../migrations/{backend}"))
@@ -276,41 +278,9 @@ async fn decided_by_two(store: &DynStore) -> String {
     .unwrap();
     let mut ids = Vec::new();
     for target in ["node-01", "node-02"] {
-        let p = store
-            .insert_proposal(NewProposal {
-                tenant: "a".into(),
-                spec: fixtures::spec_on(target),
-                submitted_by: "tester".into(),
-                submitted_by_person: Some("sam@example.com".into()),
-                trace_parent: None,
-                submitted_key: None,
-            })
-            .await
-            .unwrap()
-            .proposal()
-            .clone();
-        let key = ReviewKey {
-            tenant: "a".into(),
-            id: p.id.clone(),
-        };
-        store
-            .begin_reviews(std::slice::from_ref(&key))
-            .await
-            .unwrap();
-        ids.push(key);
+        ids.push(tampering::reviewing(store, target, Some("sam@example.com")).await);
     }
-    let five = GateVerdict {
-        gates: GATES
-            .iter()
-            .map(|g| GateResult {
-                gate: (*g).into(),
-                passed: true,
-                detail: "ok".into(),
-            })
-            .collect(),
-        sop: None,
-        rollback_path: None,
-    };
+    let five = tampering::five_passed();
     let stamp = ReviewStamp {
         reviewer: "w".into(),
         decided_at: now_ms(),
@@ -350,8 +320,7 @@ async fn decided_by_two(store: &DynStore) -> String {
 
 /// A vote changed under the store, and put back: in the decision row's copy
 /// (a mismatch named by its column), in the chained record (altered).
-type Failed = (u64, FailureKind, Option<&'static str>);
-const TAMPERING: [(&str, &str, Failed); 2] = [
+const TAMPERING: [Tampering; 2] = [
     (
         "UPDATE decisions SET votes_json = replace(votes_json, 'looks right', 'looks wrong')",
         "UPDATE decisions SET votes_json = replace(votes_json, 'looks wrong', 'looks right')",
@@ -363,24 +332,6 @@ const TAMPERING: [(&str, &str, Failed); 2] = [
         (1, FailureKind::Altered, None),
     ),
 ];
-
-async fn verify(store: &DynStore) -> Verification {
-    let mut verifier = Verifier::new();
-    for entry in store.audit_range("a", 0, 100).await.unwrap() {
-        verifier.push_checked(
-            entry.sequence,
-            &entry.digest,
-            Ok(entry.leaf()),
-            entry.check_copies(),
-        );
-    }
-    verifier.finish()
-}
-
-fn failure(v: &Verification) -> Failed {
-    let f = v.failure.as_ref().expect("a failure");
-    (f.sequence, f.kind, f.column)
-}
 
 /// An ESCALATED proposal without its escalation row takes no vote (the
 /// store never writes one without the other): nothing is written.
@@ -409,18 +360,7 @@ async fn sqlite_a_changed_vote_fails_verification() {
     let store: DynStore = Arc::new(db.store().await);
     let reviewing = decided_by_two(&store).await;
     assert!(verify(&store).await.ok());
-    let conn = rusqlite::Connection::open(db.path()).unwrap();
-    conn.execute_batch(
-        "DROP TRIGGER decisions_are_append_only_update;
-         DROP TRIGGER audit_log_is_append_only_update;",
-    )
-    .unwrap();
-    for (tamper, undo, expected) in TAMPERING {
-        assert_eq!(conn.execute(tamper, []).unwrap(), 1, "{tamper}");
-        assert_eq!(failure(&verify(&store).await), expected, "{tamper}");
-        conn.execute(undo, []).unwrap();
-        assert!(verify(&store).await.ok(), "{undo}");
-    }
+    let conn = tampering::on_sqlite(&db, &store, &TAMPERING).await;
     conn.execute(
         "UPDATE proposals SET state = 'escalated' WHERE id = ?",
         [&reviewing],
@@ -435,28 +375,7 @@ async fn postgres_a_changed_vote_fails_verification() {
     let store = db.store().await;
     let reviewing = decided_by_two(&store).await;
     assert!(verify(&store).await.ok());
-    let mut owner = db.owner_connection().await;
-    for (tamper, undo, expected) in TAMPERING {
-        for statement in [tamper, undo] {
-            let mut tx = owner.begin().await.unwrap();
-            for setup in [
-                "SELECT set_config('app.tenant_id', 'a', true)",
-                "ALTER TABLE audit_log DISABLE TRIGGER audit_log_is_append_only",
-                "ALTER TABLE decisions DISABLE TRIGGER decisions_are_append_only",
-            ] {
-                sqlx::query(setup).execute(&mut *tx).await.unwrap();
-            }
-            let changed = sqlx::query(statement).execute(&mut *tx).await.unwrap();
-            assert_eq!(changed.rows_affected(), 1, "{statement}");
-            tx.commit().await.unwrap();
-            let verified = verify(&store).await;
-            if statement == tamper {
-                assert_eq!(failure(&verified), expected, "{tamper}");
-            } else {
-                assert!(verified.ok(), "{undo}");
-            }
-        }
-    }
+    let mut owner = tampering::on_postgres(&db, &store, &TAMPERING).await;
     let mut tx = owner.begin().await.unwrap();
     sqlx::query("SELECT set_config('app.tenant_id', 'a', true)")
         .execute(&mut *tx)

@@ -369,6 +369,63 @@ async fn a_superuser_or_the_tables_owner_is_refused_at_connect() {
     db.store().await.migrate().await.unwrap();
 }
 
+/// A tenant table whose row-level security is off (or not forced) is refused
+/// when the service starts, naming it: each table of the countersignature
+/// and the model profiles, and a table a later migration might add with a
+/// `tenant` column.
+#[tokio::test]
+async fn a_tenant_table_without_forced_row_level_security_is_refused_at_start() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    store
+        .migrate()
+        .await
+        .expect("a migrated schema is accepted");
+    let mut owner = db.owner_connection().await;
+    let refused = |table: &str, why: StoreError| {
+        assert!(
+            matches!(&why, StoreError::FailedPrecondition(m)
+                if m.contains("row-level security is not forced on")
+                    && m.split_once(" on ").unwrap().1.starts_with(table)),
+            "{table}: {why}"
+        );
+    };
+    for table in ["routes", "escalations", "votes", "model_profiles"] {
+        for (off, on) in [
+            ("NO FORCE ROW LEVEL SECURITY", "FORCE ROW LEVEL SECURITY"),
+            ("DISABLE ROW LEVEL SECURITY", "ENABLE ROW LEVEL SECURITY"),
+        ] {
+            sqlx::query(&format!("ALTER TABLE {table} {off}"))
+                .execute(&mut owner)
+                .await
+                .unwrap();
+            refused(table, store.migrate().await.expect_err(table));
+            sqlx::query(&format!("ALTER TABLE {table} {on}"))
+                .execute(&mut owner)
+                .await
+                .unwrap();
+        }
+    }
+    store.migrate().await.expect("protected again");
+
+    sqlx::query("CREATE TABLE added_later (tenant TEXT NOT NULL)")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    refused(
+        "added_later",
+        store.migrate().await.expect_err("added_later"),
+    );
+    sqlx::raw_sql(
+        "ALTER TABLE added_later ENABLE ROW LEVEL SECURITY;
+         ALTER TABLE added_later FORCE ROW LEVEL SECURITY;",
+    )
+    .execute(&mut owner)
+    .await
+    .unwrap();
+    store.migrate().await.expect("protected");
+}
+
 #[tokio::test]
 async fn the_service_role_cannot_be_the_owner_that_migrates() {
     let db = TestDatabase::create().await;

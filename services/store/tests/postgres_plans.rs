@@ -1,10 +1,14 @@
 //! PostgreSQL only: reads whose plan the row-level-security predicate can
 //! mislead, checked on the service role's own connection.
 
+use countersign_domain::escalation::InboxFilter;
 use countersign_store::postgres::{
-    BEGIN_REVIEW, BREAKER_REJECTIONS, DECIDED_STATE, IN_COMMIT_ORDER, LOCK_FOR_DECISION,
-    NEXT_DECISIONS, PROPOSAL_BY_KEY, candidates_query, events_after_query,
+    BEGIN_REVIEW, BREAKER_REJECTIONS, DECIDED_STATE, ESCALATIONS_DUE, IN_COMMIT_ORDER,
+    LOCK_FOR_DECISION, NEXT_DECISIONS, NEXT_ESCALATION_EXPIRY, OPEN_ESCALATIONS_BY_TENANT,
+    OPEN_ESCALATIONS_PAGE, OVERDUE, PROPOSAL_BY_KEY, VOTE_EVENTS_AFTER, VOTES_ON_PROPOSALS,
+    candidates_query, events_after_query,
 };
+use countersign_store::{Escalations, PostgresStore};
 use countersign_test_support::postgres::TestDatabase;
 use sqlx::Connection;
 
@@ -108,29 +112,51 @@ async fn plan_of_a_batch_read_by_key(conn: &mut sqlx::PgConnection, tenant: &str
     plan.join("\n")
 }
 
-/// Writes `n` approved proposals of `tenant` (ids `prefix` and a padded
-/// number, over 50 targets) in its scope, as the owner, in one transaction.
-async fn insert_approved(owner: &mut sqlx::PgConnection, tenant: &str, prefix: &str, n: i64) {
+/// Runs `statements` as the owner in `tenant`'s scope, in one transaction,
+/// each with `tenant`, `prefix` and `n` bound as `$1`, `$2` and `$3` (so each
+/// names all three).
+async fn grow_tables(
+    owner: &mut sqlx::PgConnection,
+    tenant: &str,
+    prefix: &str,
+    n: i64,
+    statements: &[&str],
+) {
     let mut tx = owner.begin().await.unwrap();
     sqlx::query("SELECT set_config('app.tenant_id', $1, true)")
         .bind(tenant)
         .execute(&mut *tx)
         .await
         .unwrap();
-    sqlx::query(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
+    for sql in statements {
+        sqlx::query(sql)
+            .bind(tenant)
+            .bind(prefix)
+            .bind(n)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Writes `n` approved proposals of `tenant` (ids `prefix` and a padded
+/// number, over 50 targets) in its scope, as the owner, in one transaction.
+async fn insert_approved(owner: &mut sqlx::PgConnection, tenant: &str, prefix: &str, n: i64) {
+    grow_tables(
+        owner,
+        tenant,
+        prefix,
+        n,
+        &[
+            "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, state, submitted_by, created_at, updated_at, decided_at)
          SELECT $2 || lpad(i::text, 26, '0'), $1, 'restart', 'write', 'node-' || (i % 50),
                 'single_device', 'bot', '{}', lpad(i::text, 64, '0'), 'approved', 'bot', i, i, i
          FROM generate_series(1, $3) AS i",
+        ],
     )
-    .bind(tenant)
-    .bind(prefix)
-    .bind(n)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
+    .await;
 }
 
 /// On a young table the planner knows no tenant's share of the rows, reads a
@@ -388,4 +414,242 @@ async fn a_batchs_breakers_read_an_operators_rejections_along_the_partial_index(
         );
         assert!(!plan.contains("Seq Scan on proposals"), "{plan}");
     }
+}
+
+/// The tables a decision writes carry the indexes their queries need and no
+/// other (migrations/postgres/0023 names each one's query), each `partial`
+/// where it holds only the rows its WHERE names.
+#[tokio::test]
+async fn the_decision_paths_tables_carry_only_the_indexes_their_queries_use() {
+    let db = TestDatabase::migrated().await;
+    let mut owner = db.owner_connection().await;
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename || ' ' || indexname
+                || CASE WHEN indexdef LIKE '% WHERE %' THEN ' partial' ELSE '' END
+         FROM pg_indexes
+         WHERE tablename IN ('proposals', 'queue_entries', 'events', 'decisions')
+         ORDER BY tablename, indexname",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        indexes,
+        [
+            "decisions decisions_by_commit_order",
+            "decisions decisions_pkey",
+            "events events_by_tenant_cursor",
+            "events events_pkey",
+            "events events_votes_by_proposal partial",
+            "proposals proposals_idempotency partial",
+            "proposals proposals_open",
+            "proposals proposals_operator_rejections partial",
+            "proposals proposals_pkey",
+            "proposals proposals_radius_state partial",
+            "proposals proposals_reviewing partial",
+            "proposals proposals_target_state",
+            "proposals proposals_undecided partial",
+            "queue_entries queue_entries_pkey",
+            "queue_entries queue_entries_proposal_id_key",
+            "queue_entries queue_unpublished partial",
+        ]
+    );
+}
+
+/// The janitor's overdue reviews can be read along `proposals_reviewing`, an
+/// index of the proposals under review alone (the planner told to avoid
+/// scans: on a young table it may prefer one).
+#[tokio::test]
+async fn the_overdue_reviews_are_a_range_of_the_index_of_reviews() {
+    let db = TestDatabase::migrated().await;
+    let mut conn = db.app_connection().await;
+    let mut tx = conn.begin().await.unwrap();
+    scoped(&mut tx, "", PER_RUN).await;
+    sqlx::query("SET LOCAL enable_seqscan = off")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {OVERDUE}"))
+        .bind(0_i64)
+        .bind(100_i64)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using proposals_reviewing on proposals"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "{plan}");
+}
+
+/// Escalates `tenant`'s proposals written by [`insert_approved`] (ids
+/// starting with `prefix`), in its scope, as the owner: every one closed but
+/// the newest `open`, each with one vote (and so a VOTE event).
+async fn insert_escalations(owner: &mut sqlx::PgConnection, tenant: &str, prefix: &str, open: i64) {
+    grow_tables(
+        owner,
+        tenant,
+        prefix,
+        open,
+        &[
+            "INSERT INTO escalations (proposal_id, tenant, route_id, approvals_required,
+                 approver_roles_json, opened_at, expires_at, gates_json, reviewer,
+                 review_latency_ms, closed_at)
+             SELECT id, tenant, 'r', 2, '[\"oncall\"]', created_at, created_at + 3600000,
+                    '[]', 'w', 0, created_at + 1
+             FROM proposals WHERE tenant = $1 AND id LIKE $2 || '%' AND $3 >= 0",
+            "UPDATE escalations SET closed_at = NULL WHERE proposal_id IN (
+                 SELECT proposal_id FROM escalations
+                 WHERE tenant = $1 AND proposal_id LIKE $2 || '%'
+                 ORDER BY proposal_id DESC LIMIT $3)",
+            "INSERT INTO votes (tenant, proposal_id, person, person_key, key_id, verdict,
+                 comment, at)
+             SELECT tenant, proposal_id, 'ann', 'ann', 'k', 'approve', '', opened_at
+             FROM escalations WHERE tenant = $1 AND proposal_id LIKE $2 || '%' AND $3 >= 0",
+        ],
+    )
+    .await;
+}
+
+/// A read whose plan is pinned: its scope (a tenant, or "" for the system
+/// scope), the query, its arguments, the plan modes it runs under, and the
+/// indexes any of which it may walk.
+type Case<'a> = (&'a str, &'a str, String, &'a [&'a str], &'a [&'a str]);
+
+/// The inbox (a tenant's open escalations, a page after a key), the
+/// janitor's expiry sweep and its timer, the gauge of open escalations, a
+/// proposal's votes and the VOTE events after one of its events: each walks
+/// its index, on tables of mostly closed escalations and on young tables,
+/// with a plan made for the run and with the plan a pooled connection caches
+/// without the parameters. Never a pass over every escalation, vote or
+/// event.
+#[tokio::test]
+async fn the_escalation_reads_walk_their_indexes_whatever_the_tables_hold() {
+    let young = TestDatabase::migrated().await;
+    young.store().await.create_tenant("acme").await.unwrap();
+    let grown = TestDatabase::migrated().await;
+    grow(&grown, &[("acme", 200), ("other", 20_000)]).await;
+    let mut owner = grown.owner_connection().await;
+    insert_escalations(&mut owner, "acme", "acme-", 10).await;
+    insert_escalations(&mut owner, "other", "other-", 50).await;
+    sqlx::query("ANALYZE escalations, votes, events")
+        .execute(&mut owner)
+        .await
+        .unwrap();
+
+    let id = "acme-00000000000000000000000042";
+    let both = &["force_generic_plan", PER_RUN][..];
+    let cases: [Case; 6] = [
+        // Planned per run (`list_escalations`): planned once, without the
+        // tenant, it read every tenant's open escalations and sorted them.
+        (
+            "acme",
+            OPEN_ESCALATIONS_PAGE,
+            "'acme', 0, '', 101".to_owned(),
+            &[PER_RUN],
+            &["escalations_open"],
+        ),
+        (
+            "",
+            ESCALATIONS_DUE,
+            "1000, 100".to_owned(),
+            both,
+            &["escalations_expiring"],
+        ),
+        (
+            "",
+            NEXT_ESCALATION_EXPIRY,
+            String::new(),
+            both,
+            &["escalations_expiring"],
+        ),
+        // Every open escalation is counted: either index of the open ones.
+        (
+            "",
+            OPEN_ESCALATIONS_BY_TENANT,
+            String::new(),
+            both,
+            &["escalations_open", "escalations_expiring"],
+        ),
+        (
+            "acme",
+            VOTES_ON_PROPOSALS,
+            format!("'acme', ARRAY['{id}']"),
+            both,
+            &["votes_one_per_person"],
+        ),
+        (
+            "acme",
+            VOTE_EVENTS_AFTER,
+            format!("'acme', '{id}', 10"),
+            both,
+            &["events_votes_by_proposal"],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (label, db) in [("young", &young), ("grown", &grown)] {
+        let mut conn = db.app_connection().await;
+        for (tenant, sql, args, modes, indexes) in &cases {
+            for mode in *modes {
+                let plan = if args.is_empty() {
+                    let mut tx = conn.begin().await.unwrap();
+                    scoped(&mut tx, tenant, mode).await;
+                    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {sql}"))
+                        .fetch_all(&mut *tx)
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                    plan.join("\n")
+                } else {
+                    plan_in(&mut conn, tenant, mode, sql, args).await
+                };
+                // An index scan (plain, index only or bitmap) of one of them.
+                let indexed = indexes.iter().any(|index| {
+                    plan.contains(&format!(" using {index} "))
+                        || plan.contains(&format!(" on {index} "))
+                });
+                if !indexed || plan.contains("Seq Scan") {
+                    failures.push(format!(
+                        "{label}, {mode}: {sql}\nexpected one of {indexes:?} in:\n{plan}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+
+    // The store runs the inbox's page with a plan made for its tenant every
+    // time, never the one a connection caches after five runs (above: made
+    // without the tenant). One connection, so its prepared statements are
+    // the ones counted. (The proposals it reads need a spec.)
+    let spec = serde_json::to_string(&countersign_test_support::fixtures::spec()).unwrap();
+    grow_tables(
+        &mut owner,
+        "acme",
+        &spec,
+        0,
+        &["UPDATE proposals SET spec_json = $2 WHERE tenant = $1 AND $3 = 0"],
+    )
+    .await;
+    let store = PostgresStore::connect_with(&grown.app_url, 1)
+        .await
+        .unwrap();
+    for _ in 0..12 {
+        store
+            .list_escalations("acme", &InboxFilter::default(), None, 101)
+            .await
+            .unwrap();
+    }
+    let plans: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+    )
+    .bind(OPEN_ESCALATIONS_PAGE)
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    let (generic_plans, custom_plans) = plans[0];
+    assert_eq!(generic_plans, 0, "planned once for any tenant: {plans:?}");
+    assert!(custom_plans >= 12, "{plans:?}");
 }

@@ -92,11 +92,18 @@ pub async fn tenants_are_unique_and_well_named(store: DynStore) {
             "{bad:?}"
         );
     }
+    assert_eq!(
+        store.get_tenant("acme").await.unwrap().unwrap().policy,
+        TenantPolicy::default(),
+        "a new tenant's receipts last 15 minutes"
+    );
+    assert_eq!(TenantPolicy::default().receipt_ttl_ms, 15 * 60 * 1000);
     let policy = TenantPolicy {
         parallel_window_ms: 5_000,
         allow_force_approve_no_sop: true,
         breaker_threshold: 7,
         breaker_window_ms: 60_000,
+        receipt_ttl_ms: 90_000,
     };
     assert_eq!(
         store
@@ -114,6 +121,23 @@ pub async fn tenants_are_unique_and_well_named(store: DynStore) {
         store.set_tenant_policy("nope", policy).await,
         Err(StoreError::NotFound(_))
     ));
+    // A receipt lifetime outside a second to a day is refused, and nothing
+    // of that policy is kept.
+    for receipt_ttl_ms in [0, 999, -1, 24 * 60 * 60 * 1000 + 1] {
+        let bad = TenantPolicy {
+            receipt_ttl_ms,
+            ..TenantPolicy::default()
+        };
+        let refused = store.set_tenant_policy("acme", bad).await;
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidArgument(m)) if m.starts_with("receipt_ttl_ms")),
+            "{receipt_ttl_ms}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        store.get_tenant("acme").await.unwrap().unwrap().policy,
+        policy
+    );
 }
 
 pub async fn keys_are_stored_hashed_and_can_be_revoked(store: DynStore) {
@@ -1809,6 +1833,97 @@ pub async fn a_proposals_trace_parent_comes_back_when_its_review_begins(store: D
     assert_eq!(trace_parent, None);
 }
 
+pub async fn console_sessions_are_found_by_hash_revoked_per_tenant_and_pruned_when_expired(
+    store: DynStore,
+) {
+    use countersign_store::ConsoleSession;
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let mut keys = Vec::new();
+    for tenant in ["a", "b"] {
+        let (record, _) = store
+            .create_api_key(NewApiKey {
+                tenant: tenant.into(),
+                name: "oncall".into(),
+                role: Role::Oncall,
+                agent: false,
+                person: Some("ann@example.com".into()),
+            })
+            .await
+            .unwrap();
+        keys.push(record.id);
+    }
+    let session = |tenant: &str, key_id: &str, byte: u8, created_at: i64| ConsoleSession {
+        token_hash: vec![byte; 32],
+        tenant: tenant.into(),
+        key_id: key_id.into(),
+        created_at,
+        expires_at: created_at + 1_000,
+        revoked_at: None,
+    };
+    let old = session("a", &keys[0], 1, 1_000);
+    store.open_console_session(old.clone()).await.unwrap();
+    assert_eq!(
+        store.find_console_session(&[1; 32]).await.unwrap(),
+        Some(old)
+    );
+    assert_eq!(store.find_console_session(&[9; 32]).await.unwrap(), None);
+
+    // Another tenant cannot revoke it; its own tenant can, once.
+    let theirs = session("b", &keys[1], 2, 1_500);
+    store.open_console_session(theirs.clone()).await.unwrap();
+    assert!(
+        !store
+            .revoke_console_session("b", &[1; 32], 1_600)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .find_console_session(&[1; 32])
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        None
+    );
+    assert!(
+        store
+            .revoke_console_session("a", &[1; 32], 1_700)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .revoke_console_session("a", &[1; 32], 1_800)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .find_console_session(&[1; 32])
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at,
+        Some(1_700),
+        "revoked at its first revocation"
+    );
+
+    // A later sign-in to tenant a drops a's expired sessions, not b's.
+    let later = session("a", &keys[0], 3, 5_000);
+    store.open_console_session(later.clone()).await.unwrap();
+    assert_eq!(store.find_console_session(&[1; 32]).await.unwrap(), None);
+    assert_eq!(
+        store.find_console_session(&[2; 32]).await.unwrap(),
+        Some(theirs)
+    );
+    assert_eq!(
+        store.find_console_session(&[3; 32]).await.unwrap(),
+        Some(later)
+    );
+}
+
 #[path = "suite/escalation.rs"]
 mod escalation;
 use escalation::*;
@@ -1887,6 +2002,8 @@ macro_rules! every_store_test {
             keys_and_proposals_carry_their_persons,
             an_escalation_opens_once_and_only_from_review,
             open_escalations_are_listed_oldest_first_in_pages_and_counted,
+            the_inbox_keeps_what_its_filters_match_and_pages_through_it,
+            an_escalation_is_read_as_it_stood_at_each_of_its_events,
             every_refused_vote_writes_nothing,
             a_repeated_vote_answers_with_the_proposal_as_it_is,
             two_distinct_approvals_approve_under_a_quorum_of_two,
@@ -1901,8 +2018,11 @@ macro_rules! every_store_test {
             a_decided_escalation_is_chained_with_its_votes,
             model_profiles_are_put_listed_replaced_and_deleted_per_tenant,
             review_facts_carry_the_tenants_model_profiles_beside_its_routes,
-            a_decisions_model_review_is_kept_beside_it_and_out_of_its_record,
+            a_decisions_model_review_is_kept_beside_it_and_in_its_record,
             an_escalations_model_review_reaches_the_decision_people_make,
+            console_sessions_are_found_by_hash_revoked_per_tenant_and_pruned_when_expired,
+            review_facts_carry_the_whole_sop_catalogue_where_a_model_reviews,
+            a_tenants_model_calls_are_capped_per_minute_for_every_caller,
         );
     };
 }

@@ -47,6 +47,7 @@ pub fn test_config(dir: &std::path::Path) -> Config {
         ..Config::default()
     };
     config.database.sqlite_synchronous = SqliteSynchronous::Normal;
+    config.console.listen = "127.0.0.1:0".parse().expect("an address");
     config.audit.signing_key = Some(SIGNING_SEED.iter().map(|b| format!("{b:02x}")).collect());
     config
 }
@@ -76,6 +77,8 @@ pub struct Options {
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The console's address (the test config binds it to port 0).
+    pub console_addr: Option<SocketAddr>,
     pub store: DynStore,
     queue: Option<DynQueue>,
     /// The SQLite database file, for tests that reach under the store
@@ -151,6 +154,7 @@ impl TestApp {
         let draining = shutdown.child_token();
         TestApp {
             addr: app.local_addr(),
+            console_addr: app.console_addr(),
             store: app.store(),
             queue: app.queue(),
             db_path,
@@ -310,7 +314,10 @@ impl TestApp {
     pub async fn submit(&self, key: &str, spec: ProposalSpec) -> Result<SubmitResponse, Status> {
         self.client(key)
             .await
-            .submit(SubmitRequest { spec: Some(spec) })
+            .submit(SubmitRequest {
+                spec: Some(spec),
+                ..Default::default()
+            })
             .await
             .map(|r| r.into_inner())
     }

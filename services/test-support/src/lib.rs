@@ -4,9 +4,11 @@
 //! test ([`redis`]), a stand-in model provider ([`fake_model`]) and, with the `app` feature, [`app::TestApp`]: the
 //! application as `countersign serve` builds it, on port 0.
 //!
-//! Only ever a dev-dependency. The servers the PostgreSQL and Redis helpers
-//! use come from `tests/services/{postgres,redis}.sh`; without their
-//! variables a test fails, it never skips.
+//! A dev-dependency only, but for `countersign-bench`, which starts the fake
+//! model provider in its own process (never in `countersign`'s tree). The
+//! servers the PostgreSQL and Redis helpers use come from
+//! `tests/services/{postgres,redis}.sh`; without their variables a test
+//! fails, it never skips.
 
 #[cfg(feature = "app")]
 pub mod app;

@@ -104,6 +104,7 @@ class AsyncClient(Base):
         """Submits ``spec`` and returns the decided proposal, whatever the decision."""
         deadline = Deadline(timeout)
         request = proposal_service_pb2.SubmitRequest(spec=_wire.spec_to_wire(spec))
+        _core.wait_in_submit(request, deadline)
         proposal = (await self._call("Submit", "_proposals", request, deadline)).proposal
         if proposal.state in _core.OPEN_STATES:
             proposal = await self._await(proposal.id, deadline)
@@ -157,6 +158,7 @@ class AsyncClient(Base):
     async def _authorize(self, spec: Spec, identity: str, timeout: Optional[float]) -> Approval:
         deadline = Deadline(timeout)
         attempt = Attempt(spec, identity, self._window, await self.trusted_key(), self._tenant)
+        _core.wait_in_submit(attempt.request, deadline)
         approval = attempt.submitted(await self._call("Submit", "_proposals", attempt.request, deadline))
         while approval is None:
             approval = attempt.settle(await self._await(attempt.open_id(), deadline))

@@ -103,10 +103,12 @@ class Client(Base):
 
     def submit_and_wait(self, spec: Spec, *, timeout: Optional[float] = None) -> Proposal:
         """Submits ``spec`` and returns the decided proposal, whatever the
-        decision (a suppressed retry comes back at once, rejected). To act
+        decision (a suppressed retry comes back at once, rejected), in one
+        call (``wait_for_decision``) unless the wait outlasts it. To act
         only on a verified approval, use :meth:`gate` or :meth:`countersigned`."""
         deadline = Deadline(timeout)
         request = proposal_service_pb2.SubmitRequest(spec=_wire.spec_to_wire(spec))
+        _core.wait_in_submit(request, deadline)
         proposal = self._call(self._proposals.Submit, request, deadline).proposal
         if proposal.state in _core.OPEN_STATES:
             proposal = self._await(proposal.id, deadline)
@@ -167,6 +169,7 @@ class Client(Base):
     def _authorize(self, spec: Spec, identity: str, timeout: Optional[float]) -> Approval:
         deadline = Deadline(timeout)
         attempt = Attempt(spec, identity, self._window, self.trusted_key(), self._tenant)
+        _core.wait_in_submit(attempt.request, deadline)
         approval = attempt.submitted(self._call(self._proposals.Submit, attempt.request, deadline))
         while approval is None:
             approval = attempt.settle(self._await(attempt.open_id(), deadline))

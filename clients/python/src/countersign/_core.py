@@ -24,6 +24,13 @@ from countersign.v1 import notification_service_pb2, proposal_service_pb2, types
 DEFAULT_GATE_TIMEOUT = 300.0
 #: How long an ordinary call may take by default (seconds).
 DEFAULT_CALL_TIMEOUT = 30.0
+#: How long one Submit waits for its decision when the caller sets no limit
+#: (the server caps a wait at its long-poll ceiling, 15 minutes by default);
+#: a proposal still open then is awaited again.
+SUBMIT_WAIT_CHUNK = 300.0
+#: A waiting Submit's wait ends this long before the caller's deadline, so
+#: the answer (the decision, or the proposal still open) arrives within it.
+ANSWER_SLACK = 1.0
 #: Derived idempotency keys are the same for identical calls within one
 #: window of this many seconds of the clock (see :func:`derive_key`).
 DEFAULT_IDEMPOTENCY_WINDOW = 900.0
@@ -137,6 +144,16 @@ class Deadline:
             code="DEADLINE_EXCEEDED",
             proposal_id=proposal_id,
         )
+
+
+def wait_in_submit(request: proposal_service_pb2.SubmitRequest, deadline: "Deadline") -> None:
+    """Asks ``request`` to wait for its decision (``wait_for_decision``) for
+    as long as ``deadline`` allows, less the time to answer: submitting and
+    waiting is then one call. With too little time left it does not wait."""
+    remaining = deadline.remaining()
+    wait = SUBMIT_WAIT_CHUNK if remaining is None else remaining - ANSWER_SLACK
+    if wait > 0:
+        request.wait_for_decision.FromNanoseconds(int(wait * 1e9))
 
 
 class Backoff:

@@ -9,10 +9,12 @@ use countersign_proto::{
 };
 use countersign_store::{EscalationRecord, Escalations};
 
+use crate::services::{Receipts, Viewer};
+
 pub struct Published {
     pub event: Event,
     /// For an event that left its proposal ESCALATED: its escalation and the
-    /// votes so far, shown as the proposal's waiting decision.
+    /// votes as of the event, shown as the proposal's waiting decision.
     waiting: Option<EscalationRecord>,
     full: OnceLock<v1::Notification>,
     agent: OnceLock<v1::Notification>,
@@ -33,29 +35,40 @@ impl Published {
         }
     }
 
-    /// The notification as this viewer may see it (agents: the terse view).
-    pub fn notification(&self, agent_viewer: bool) -> &v1::Notification {
-        let cell = if agent_viewer {
+    /// The notification as `viewer` may see it (agents: the terse view),
+    /// an approval with its signed receipt, as `GetProposal` shows it. Built
+    /// once per view: the watchers of an event share its tenant, and so its
+    /// receipt lifetime.
+    pub fn notification(&self, viewer: Viewer, receipts: &Receipts) -> &v1::Notification {
+        let cell = if viewer.agent {
             &self.agent
         } else {
             &self.full
         };
         cell.get_or_init(|| match &self.waiting {
-            Some(w) => escalated_notification(&self.event, &w.escalation, &w.votes, agent_viewer),
-            None => notification(&self.event, agent_viewer),
+            Some(w) => escalated_notification(&self.event, &w.escalation, &w.votes, viewer.agent),
+            None => {
+                let mut wire = notification(&self.event, viewer.agent);
+                if let Some(proposal) = wire.proposal.as_mut() {
+                    receipts.attach(&self.event.proposal, proposal, viewer);
+                }
+                wire
+            }
         })
     }
 }
 
-/// The escalation of an event that left its proposal ESCALATED (its votes
-/// as they are now). None for any other event, and when it cannot be read:
+/// The escalation of an event that left its proposal ESCALATED, with the
+/// votes as they stood at that event (`Escalations::escalation_at_event`):
+/// the same whether the event goes out live or in a replay, however many
+/// votes came after. None for any other event, and when it cannot be read:
 /// the event then goes out without it rather than being held up.
 pub async fn waiting_for(store: &dyn Escalations, event: &Event) -> Option<EscalationRecord> {
     if event.proposal.state != ProposalState::Escalated {
         return None;
     }
     match store
-        .get_escalation(&event.proposal.tenant, &event.proposal.id)
+        .escalation_at_event(&event.proposal.tenant, &event.proposal.id, event.cursor)
         .await
     {
         Ok(record) => record,

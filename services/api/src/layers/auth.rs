@@ -22,6 +22,7 @@ use std::{
 };
 
 use countersign_domain::{Principal, api_key};
+use countersign_store::ApiKeyRecord;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tonic::{Status, transport::server::TcpConnectInfo};
 
@@ -46,7 +47,7 @@ pub fn default_refusal_limit() -> RateLimit {
 }
 
 /// The refusals of each client address, as a token bucket per address.
-struct Refusals {
+pub(crate) struct Refusals {
     limiter: DefaultKeyedRateLimiter<IpAddr>,
     counted: AtomicU64,
 }
@@ -56,7 +57,7 @@ impl Refusals {
     /// refusals, so that many addresses cannot grow the table for good.
     const SWEEP_EVERY: u64 = 4096;
 
-    fn new(limit: RateLimit) -> Self {
+    pub(crate) fn new(limit: RateLimit) -> Self {
         Refusals {
             limiter: RateLimiter::keyed(
                 Quota::per_second(limit.per_second).allow_burst(limit.burst),
@@ -66,7 +67,7 @@ impl Refusals {
     }
 
     /// Counts one refusal from `peer`: false once it is over its limit.
-    fn allow(&self, peer: IpAddr) -> bool {
+    pub(crate) fn allow(&self, peer: IpAddr) -> bool {
         if self.counted.fetch_add(1, Ordering::Relaxed) % Self::SWEEP_EVERY == Self::SWEEP_EVERY - 1
         {
             self.limiter.retain_recent();
@@ -96,7 +97,7 @@ middleware_layer!(AuthLayer, Auth);
 
 /// Why a credential was refused. Callers all see one answer; logs see which.
 #[derive(Debug)]
-enum Refusal {
+pub(crate) enum Refusal {
     Unauthenticated(&'static str),
     StoreDown(String),
 }
@@ -123,6 +124,15 @@ async fn authenticate(
         .strip_prefix("Bearer ")
         .ok_or(Refusal::Unauthenticated("not a bearer credential"))?
         .trim();
+    principal_for_key(directory, key).await
+}
+
+/// The principal an API key's text stands for: the one check of a presented
+/// key (the gRPC header's, and the console's sign-in).
+pub(crate) async fn principal_for_key(
+    directory: &Directory,
+    key: &str,
+) -> Result<Principal, Refusal> {
     let parsed = api_key::parse(key).map_err(|_| Refusal::Unauthenticated("malformed key"))?;
     let record = directory
         .api_key(&parsed.id)
@@ -138,6 +148,11 @@ async fn authenticate(
     if !matches {
         return Err(Refusal::Unauthenticated("wrong secret"));
     }
+    principal_of(record)
+}
+
+/// The principal of a key's record, unless the key is revoked.
+pub(crate) fn principal_of(record: ApiKeyRecord) -> Result<Principal, Refusal> {
     if record.revoked_at.is_some() {
         return Err(Refusal::Unauthenticated("revoked key"));
     }
@@ -205,6 +220,12 @@ fn peer_ip<B>(req: &http::Request<B>) -> IpAddr {
         .get::<TcpConnectInfo>()
         .and_then(TcpConnectInfo::remote_addr)
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |addr| addr.ip());
+    client_address(ip)
+}
+
+/// The address refusals are counted by for a peer at `ip`: an IPv6 peer's
+/// /64, an IPv4-mapped one's IPv4 address.
+pub(crate) fn client_address(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
             IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())

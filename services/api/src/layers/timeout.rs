@@ -1,7 +1,9 @@
 //! `timeout`: every unary call has a deadline — the caller's `grpc-timeout`
 //! where it is shorter, else the configured default. Long polls (such as
 //! `AwaitDecision`) may run as long as the caller asks, up to a ceiling.
-//! Expiry answers `DEADLINE_EXCEEDED`.
+//! Expiry answers `DEADLINE_EXCEEDED`. The layer hands the call its
+//! [`CallDeadline`], so that a call that waits on purpose can end its wait
+//! in time to answer.
 
 use std::time::Duration;
 
@@ -52,6 +54,30 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// When the call must have answered (the layer's limit), in the request's
+/// extensions for the services.
+#[derive(Debug, Clone, Copy)]
+pub struct CallDeadline(pub tokio::time::Instant);
+
+impl CallDeadline {
+    /// The deadline of the call `request` carries, if it came through the
+    /// layer.
+    pub fn of<T>(request: &tonic::Request<T>) -> Option<CallDeadline> {
+        request.extensions().get::<CallDeadline>().copied()
+    }
+
+    /// When a wait inside the call ends so the answer still makes it:
+    /// a tenth of the time left, at most 100 ms, is kept for building and
+    /// sending it.
+    pub fn wait_until(self) -> tokio::time::Instant {
+        let left = self
+            .0
+            .saturating_duration_since(tokio::time::Instant::now());
+        let reserve = (left / 10).min(Duration::from_millis(100));
+        self.0.checked_sub(reserve).unwrap_or(self.0)
+    }
+}
+
 #[derive(Clone)]
 pub struct TimeoutLayer {
     timeouts: Timeouts,
@@ -66,7 +92,7 @@ impl TimeoutLayer {
 middleware_layer!(TimeoutLayer, Timeout);
 
 impl Middleware for TimeoutLayer {
-    fn call<S: Next>(&self, mut inner: S, req: Request) -> Answer<S::Error> {
+    fn call<S: Next>(&self, mut inner: S, mut req: Request) -> Answer<S::Error> {
         let asked = req
             .headers()
             .get("grpc-timeout")
@@ -79,6 +105,8 @@ impl Middleware for TimeoutLayer {
             self.timeouts.default
         };
         let limit = asked.map_or(ceiling, |asked| (asked - answer_margin(asked)).min(ceiling));
+        req.extensions_mut()
+            .insert(CallDeadline(tokio::time::Instant::now() + limit));
         Box::pin(async move {
             match tokio::time::timeout(limit, inner.call(req)).await {
                 Ok(result) => result,
@@ -154,7 +182,12 @@ mod tests {
             default: Duration::from_millis(50),
             long_poll_max: Duration::from_secs(60),
         };
-        let (_, status) = call_slow(timeouts, "/countersign.v1.ProposalService/Submit", None).await;
+        let (_, status) = call_slow(
+            timeouts,
+            "/countersign.v1.ProposalService/GetProposal",
+            None,
+        )
+        .await;
         assert_eq!(status.as_deref(), Some(DEADLINE_EXCEEDED));
     }
 
@@ -166,7 +199,7 @@ mod tests {
         };
         let (_, status) = call_slow(
             timeouts,
-            "/countersign.v1.ProposalService/Submit",
+            "/countersign.v1.ProposalService/GetProposal",
             Some("50m"),
         )
         .await;
@@ -175,8 +208,12 @@ mod tests {
             default: Duration::from_millis(50),
             long_poll_max: Duration::from_secs(60),
         };
-        let (_, status) =
-            call_slow(capped, "/countersign.v1.ProposalService/Submit", Some("1H")).await;
+        let (_, status) = call_slow(
+            capped,
+            "/countersign.v1.ProposalService/GetProposal",
+            Some("1H"),
+        )
+        .await;
         assert_eq!(status.as_deref(), Some(DEADLINE_EXCEEDED));
     }
 
@@ -211,7 +248,7 @@ mod tests {
         let long_poll = Resolved(countersign_proto::rpc::find(await_decision));
         let (_, status) = call_slow_as(
             timeouts,
-            "/countersign.v1.ProposalService/Submit",
+            "/countersign.v1.ProposalService/GetProposal",
             Some(long_poll),
             Some("10S"),
         )

@@ -13,7 +13,9 @@ use countersign_domain::{
 use countersign_proto::{
     OrStatus,
     convert::{
-        escalation::{escalation_to_proto, page_after, page_token, verdict_from_proto},
+        escalation::{
+            escalation_to_proto, inbox_filter, page_after, page_token, verdict_from_proto,
+        },
         page_size,
     },
     v1::{
@@ -24,7 +26,10 @@ use countersign_proto::{
 use countersign_store::{EscalationRecord, Escalations};
 use tonic::{Request, Response, Status};
 
-use super::{page, view::Views};
+use super::{
+    page,
+    view::{Viewer, Views},
+};
 use crate::context::{Caller, require_id};
 
 pub struct EscalationApi {
@@ -47,6 +52,19 @@ fn record_resolution(opened_at: Millis, decision: &Decision) {
         .record(seconds);
 }
 
+/// The caller as a voter: who they are comes from the credential, never
+/// from the request.
+fn voter<'a>(caller: &'a Caller) -> escalation::Caller<'a> {
+    let principal = &caller.principal;
+    escalation::Caller {
+        tenant: &caller.tenant.name,
+        key_id: &principal.key_id,
+        person: principal.person.as_deref(),
+        role: principal.role,
+        agent: principal.agent,
+    }
+}
+
 #[tonic::async_trait]
 impl EscalationService for EscalationApi {
     async fn list_escalations(
@@ -57,10 +75,11 @@ impl EscalationService for EscalationApi {
         let request = request.into_inner();
         let size = page_size(request.page_size).or_status()?;
         let after = page_after(&request.page_token).or_status()?;
+        let filter = inbox_filter(&request, &voter(&caller), now_ms()).or_status()?;
         // One more than a page tells whether another page follows.
         let rows = self
             .store
-            .list_escalations(&caller.tenant.name, after, size + 1)
+            .list_escalations(&caller.tenant.name, &filter, after, size + 1)
             .await
             .or_status()?;
         let agent = caller.principal.agent;
@@ -90,14 +109,7 @@ impl EscalationService for EscalationApi {
         } = request.into_inner();
         require_id("proposal_id", &proposal_id)?;
         tracing::Span::current().record("proposal_id", proposal_id.as_str());
-        let principal = &caller.principal;
-        let voter = escalation::Caller {
-            tenant: &caller.tenant.name,
-            key_id: &principal.key_id,
-            person: principal.person.as_deref(),
-            role: principal.role,
-            agent: principal.agent,
-        };
+        let voter = voter(&caller);
         let ballot = Ballot {
             verdict: verdict_from_proto(verdict),
             comment: &comment,
@@ -135,7 +147,7 @@ impl EscalationService for EscalationApi {
         }
         let view = self
             .views
-            .proposal(&voted.proposal, principal.agent)
+            .proposal(&voted.proposal, Viewer::of(&caller))
             .await?;
         Ok(Response::new(view))
     }

@@ -12,7 +12,7 @@ pub use notification::NotificationApi;
 pub use policy::PolicyApi;
 pub use proposal::ProposalApi;
 pub use reference::{SopApi, TargetApi};
-pub use view::{Receipts, Views};
+pub use view::{Receipts, Viewer, Views};
 
 /// A page's encoded size stays under this whatever its page size, far below
 /// the 4 MiB a client decodes by default: the largest SOP or target the

@@ -28,6 +28,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     context::{Caller, require_id},
     fanout::{Fanout, Published, WatchConfig, waiting_for},
+    services::{Receipts, Viewer},
 };
 
 /// Events read per query while replaying.
@@ -42,6 +43,8 @@ pub struct NotificationApi {
     fanout: Fanout,
     config: WatchConfig,
     slots: StreamSlots,
+    /// What signs the receipts of approvals' notifications.
+    receipts: Receipts,
 }
 
 impl NotificationApi {
@@ -50,6 +53,7 @@ impl NotificationApi {
         escalations: Arc<dyn Escalations>,
         fanout: Fanout,
         config: WatchConfig,
+        receipts: Receipts,
     ) -> Self {
         NotificationApi {
             store,
@@ -57,6 +61,7 @@ impl NotificationApi {
             fanout,
             config,
             slots: StreamSlots::default(),
+            receipts,
         }
     }
 }
@@ -99,7 +104,8 @@ impl NotificationService for NotificationApi {
             store: self.store.clone(),
             escalations: self.escalations.clone(),
             tenant: caller.tenant.name.clone(),
-            agent: caller.principal.agent,
+            viewer: Viewer::of(&caller),
+            receipts: self.receipts.clone(),
             filter,
             config: self.config,
             // Live from now: from what is committed now, whether or not the
@@ -264,7 +270,8 @@ struct Watcher {
     store: Arc<dyn EventLog>,
     escalations: Arc<dyn Escalations>,
     tenant: String,
-    agent: bool,
+    viewer: Viewer,
+    receipts: Receipts,
     filter: Filter,
     config: WatchConfig,
     /// Every event up to here has been sent or did not match.
@@ -333,7 +340,10 @@ impl Watcher {
             self.position = event.cursor;
             return Ok(false);
         }
-        match self.tx.try_send(published.notification(self.agent).clone()) {
+        match self
+            .tx
+            .try_send(published.notification(self.viewer, &self.receipts).clone())
+        {
             Ok(()) => {
                 self.position = event.cursor;
                 Ok(true)
@@ -366,7 +376,8 @@ impl Watcher {
                     let published = Published::waiting(event, waiting);
                     let sent = tokio::time::timeout(
                         self.config.stall,
-                        self.tx.send(published.notification(self.agent).clone()),
+                        self.tx
+                            .send(published.notification(self.viewer, &self.receipts).clone()),
                     )
                     .await;
                     match sent {

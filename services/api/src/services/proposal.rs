@@ -3,7 +3,7 @@
 use countersign_domain::{Permission, ProposalSpec, validate_spec};
 use countersign_proto::{
     OrStatus,
-    convert::{proposal_to_proto, spec_from_proto},
+    convert::{proposal_to_proto, spec_from_proto, wait_from_proto},
     to_status,
     v1::{
         AwaitDecisionRequest, CancelProposalRequest, GetProposalRequest, Proposal, SubmitRequest,
@@ -11,16 +11,18 @@ use countersign_proto::{
     },
 };
 use countersign_store::{NewProposal, Proposals, SubmitOutcome};
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
 
 use countersign_domain::now_ms;
 
-use super::view::Views;
+use super::view::{Viewer, Views};
 use crate::{
     context::{Caller, require_id},
     fanout::Fanout,
+    layers::timeout::CallDeadline,
     suppression::{Entry, Refusal, Suppression},
     trace_context,
 };
@@ -88,6 +90,123 @@ fn not_found(id: &str) -> Status {
     Status::not_found(format!("proposal `{id}` not found"))
 }
 
+/// How a wait for a proposal's decision ended.
+enum Waited {
+    /// It is terminal: as the caller may see it.
+    Decided(Box<Proposal>),
+    /// The wait's end came first.
+    Open,
+    /// The server is shutting down.
+    Closing,
+}
+
+/// A `Submit` that waits for its decision: until `until`, the sooner of the
+/// wait it asked for and its deadline (none: no end but the call's).
+#[derive(Clone, Copy)]
+struct Wait {
+    until: Option<Instant>,
+}
+
+impl Wait {
+    /// The wait `request` asks for (`wait_for_decision`; absent or zero:
+    /// none), ending in time to answer before the call's `deadline`.
+    fn asked(
+        wait_for_decision: Option<&prost_types::Duration>,
+        deadline: Option<CallDeadline>,
+    ) -> Result<Option<Wait>, Status> {
+        let Some(asked) = wait_for_decision else {
+            return Ok(None);
+        };
+        let asked = wait_from_proto("wait_for_decision", asked).or_status()?;
+        if asked.is_zero() {
+            return Ok(None);
+        }
+        let until = Instant::now()
+            .checked_add(asked)
+            .into_iter()
+            .chain(deadline.map(CallDeadline::wait_until))
+            .min();
+        Ok(Some(Wait { until }))
+    }
+}
+
+impl ProposalApi {
+    /// The one wait for a decision (`AwaitDecision`, and a `Submit` that
+    /// waits): until proposal `id` is terminal, `until` passes (none: only
+    /// the call's deadline ends it) or the server begins to shut down.
+    async fn wait_for_end(
+        &self,
+        caller: &Caller,
+        id: &str,
+        until: Option<Instant>,
+    ) -> Result<Waited, Status> {
+        let tenant = caller.tenant.name.as_str();
+        let mut closing = self.fanout.closing();
+        // Register before the first read, so a decision in between is not missed.
+        let mut ended = self.fanout.await_end(tenant, id);
+        let end = async {
+            match until {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(end);
+        loop {
+            let proposal = self
+                .store
+                .get_proposal(tenant, id)
+                .await
+                .or_status()?
+                .ok_or_else(|| not_found(id))?;
+            if proposal.state.is_terminal() {
+                return Ok(Waited::Decided(Box::new(
+                    self.views.decided(&proposal, Viewer::of(caller)),
+                )));
+            }
+            tokio::select! {
+                published = &mut ended => match published {
+                    Some(published) => {
+                        return Ok(Waited::Decided(Box::new(
+                            self.views.decided(&published.event.proposal, Viewer::of(caller)),
+                        )));
+                    }
+                    None => ended = self.fanout.await_end(tenant, id),
+                },
+                _ = tokio::time::sleep(await_poll()) => {}
+                _ = &mut end => return Ok(Waited::Open),
+                _ = closing.closed() => return Ok(Waited::Closing),
+            }
+        }
+    }
+
+    /// `proposal` as the caller may see it; with a `wait`, once it is decided
+    /// or the wait ends, as it stands then (an open proposal keeps its id in
+    /// the answer, so nothing accepted is lost to the wait).
+    async fn shown(
+        &self,
+        caller: &Caller,
+        proposal: &countersign_domain::Proposal,
+        wait: Option<Wait>,
+    ) -> Result<Proposal, Status> {
+        let viewer = Viewer::of(caller);
+        let Some(wait) = wait.filter(|_| !proposal.state.is_terminal()) else {
+            return self.views.proposal(proposal, viewer).await;
+        };
+        match self.wait_for_end(caller, &proposal.id, wait.until).await? {
+            Waited::Decided(view) => Ok(*view),
+            Waited::Open | Waited::Closing => {
+                let now = self
+                    .store
+                    .get_proposal(&caller.tenant.name, &proposal.id)
+                    .await
+                    .or_status()?
+                    .ok_or_else(|| not_found(&proposal.id))?;
+                self.views.proposal(&now, viewer).await
+            }
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl ProposalService for ProposalApi {
     async fn submit(
@@ -95,11 +214,14 @@ impl ProposalService for ProposalApi {
         request: Request<SubmitRequest>,
     ) -> Result<Response<SubmitResponse>, Status> {
         let caller = Caller::authorize(&request, Permission::SubmitProposal)?;
-        let wire = request
-            .into_inner()
-            .spec
-            .ok_or_else(|| Status::invalid_argument("spec: must be set"))?;
+        let deadline = CallDeadline::of(&request);
+        let SubmitRequest {
+            spec,
+            wait_for_decision,
+        } = request.into_inner();
+        let wire = spec.ok_or_else(|| Status::invalid_argument("spec: must be set"))?;
         let spec = spec_from_proto(wire).or_status()?;
+        let wait = Wait::asked(wait_for_decision.as_ref(), deadline)?;
         validate_spec(&spec).or_status()?;
         let tenant = &caller.tenant;
         let refusal = match self
@@ -123,10 +245,7 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                let view = self
-                    .views
-                    .proposal(&earlier, caller.principal.agent)
-                    .await?;
+                let view = self.shown(&caller, &earlier, wait).await?;
                 return Ok(deduplicated(view));
             }
             match refusal {
@@ -166,10 +285,7 @@ impl ProposalService for ProposalApi {
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         // A deduplicated one may be waiting for people.
-        let view = self
-            .views
-            .proposal(proposal, caller.principal.agent)
-            .await?;
+        let view = self.shown(&caller, proposal, wait).await?;
         Ok(Response::new(SubmitResponse {
             proposal: Some(view),
             deduplicated,
@@ -191,10 +307,7 @@ impl ProposalService for ProposalApi {
             .await
             .or_status()?
             .ok_or_else(|| not_found(&id))?;
-        let view = self
-            .views
-            .proposal(&proposal, caller.principal.agent)
-            .await?;
+        let view = self.views.proposal(&proposal, Viewer::of(&caller)).await?;
         Ok(Response::new(view))
     }
 
@@ -238,41 +351,18 @@ impl ProposalService for ProposalApi {
         let id = request.into_inner().id;
         require_id("id", &id)?;
         tracing::Span::current().record("proposal_id", id.as_str());
-        let mut closing = self.fanout.closing();
-        // Register before the first read, so a decision in between is not missed.
-        let mut ended = self.fanout.await_end(&caller.tenant.name, &id);
-        loop {
-            let proposal = self
-                .store
-                .get_proposal(&caller.tenant.name, &id)
-                .await
-                .or_status()?
-                .ok_or_else(|| not_found(&id))?;
-            if proposal.state.is_terminal() {
-                return Ok(Response::new(
-                    self.views.decided(&proposal, caller.principal.agent),
-                ));
-            }
-            // The call's deadline (the timeout layer) ends the wait with
-            // DEADLINE_EXCEEDED.
-            tokio::select! {
-                published = &mut ended => match published {
-                    Some(published) => {
-                        return Ok(Response::new(
-                            self.views.decided(&published.event.proposal, caller.principal.agent),
-                        ));
-                    }
-                    None => ended = self.fanout.await_end(&caller.tenant.name, &id),
-                },
-                _ = tokio::time::sleep(await_poll()) => {}
-                // A wait must not hold the server's drain open: the caller
-                // awaits again (on another replica, or after the restart).
-                _ = closing.closed() => {
-                    return Err(Status::unavailable(format!(
-                        "server shutting down; await proposal `{id}` again"
-                    )));
-                }
-            }
+        // The call's deadline (the timeout layer) ends the wait with
+        // DEADLINE_EXCEEDED.
+        match self.wait_for_end(&caller, &id, None).await? {
+            Waited::Decided(view) => Ok(Response::new(*view)),
+            Waited::Open => Err(Status::deadline_exceeded(format!(
+                "proposal `{id}` is not decided yet"
+            ))),
+            // A wait must not hold the server's drain open: the caller
+            // awaits again (on another replica, or after the restart).
+            Waited::Closing => Err(Status::unavailable(format!(
+                "server shutting down; await proposal `{id}` again"
+            ))),
         }
     }
 }

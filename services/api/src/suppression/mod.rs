@@ -340,6 +340,24 @@ impl Suppression {
         }
     }
 
+    /// The operators of `tenant` whose breaker is open at `now` under
+    /// `policy`, by name.
+    pub fn open_breakers(&self, tenant: &str, policy: &TenantPolicy, now: Millis) -> Vec<String> {
+        let mut open: Vec<String> = self
+            .breakers
+            .lock()
+            .expect("breakers")
+            .iter()
+            .filter(|((of, _), breaker)| {
+                of == tenant
+                    && breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
+            })
+            .map(|((_, operator), _)| operator.clone())
+            .collect();
+        open.sort();
+        open
+    }
+
     pub fn apply_reset(&self, reset: &BreakerReset) {
         self.breakers
             .lock()

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// metrics.listen: address of `GET /metrics` (port 0 picks a free one).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// console.listen: address of the browser console (port 0 picks a free
+    /// one).
+    #[arg(long)]
+    pub console_listen: Option<String>,
     /// shutdown.grace: how long in-flight work may finish after SIGTERM.
     #[arg(long)]
     pub shutdown_grace: Option<String>,
@@ -118,12 +122,13 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The flags given, as (flag, key, value).
     pub fn given(&self) -> Vec<(&'static str, &'static str, String)> {
-        let all: [(&'static str, &'static str, &Option<String>); 33] = [
+        let all: [(&'static str, &'static str, &Option<String>); 34] = [
             ("--listen", "listen", &self.listen),
             ("--role", "role", &self.role),
             ("--data-dir", "data_dir", &self.data_dir),
             ("--log-format", "log.format", &self.log_format),
             ("--metrics-listen", "metrics.listen", &self.metrics_listen),
+            ("--console-listen", "console.listen", &self.console_listen),
             ("--shutdown-grace", "shutdown.grace", &self.shutdown_grace),
             ("--database-url", "database.url", &self.database_url),
             ("--database-pool", "database.pool", &self.database_pool),

@@ -57,6 +57,7 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
     pub log: LogSection,
     pub metrics: MetricsSection,
+    pub console: ConsoleSection,
     pub shutdown: ShutdownSection,
     pub database: DatabaseSection,
     pub redis: RedisSection,
@@ -80,6 +81,26 @@ pub struct LogSection {
 pub struct MetricsSection {
     /// `GET /metrics` (Prometheus text format).
     pub listen: SocketAddr,
+}
+
+/// The browser console (served by the `all` and `api` roles).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleSection {
+    /// Serve it at all.
+    pub enabled: bool,
+    /// Its address (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// How long a sign-in lasts.
+    #[serde(with = "duration")]
+    pub session_ttl: Duration,
+    /// Every session cookie is `Secure`: set it when browsers reach the
+    /// console over TLS.
+    pub secure_cookie: bool,
+    /// A sign-in that arrives with `X-Forwarded-Proto: https` gets a `Secure`
+    /// cookie: set it only behind a TLS-terminating proxy that sets that
+    /// header itself.
+    pub trust_forwarded_proto: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -303,6 +324,7 @@ impl Default for Config {
             data_dir: None,
             log: LogSection::default(),
             metrics: MetricsSection::default(),
+            console: ConsoleSection::default(),
             shutdown: ShutdownSection::default(),
             database: DatabaseSection::default(),
             redis: RedisSection::default(),
@@ -322,6 +344,32 @@ impl Default for MetricsSection {
         MetricsSection {
             listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
         }
+    }
+}
+
+impl Default for ConsoleSection {
+    fn default() -> Self {
+        let defaults = countersign_api::console::ConsoleConfig::default();
+        ConsoleSection {
+            enabled: true,
+            listen: defaults.listen,
+            session_ttl: defaults.session_ttl,
+            secure_cookie: defaults.secure_cookie,
+            trust_forwarded_proto: defaults.trust_forwarded_proto,
+        }
+    }
+}
+
+impl ConsoleSection {
+    /// The console's settings, or `None` when it is off.
+    pub fn console(&self) -> Option<countersign_api::console::ConsoleConfig> {
+        self.enabled
+            .then_some(countersign_api::console::ConsoleConfig {
+                listen: self.listen,
+                session_ttl: self.session_ttl,
+                secure_cookie: self.secure_cookie,
+                trust_forwarded_proto: self.trust_forwarded_proto,
+            })
     }
 }
 

@@ -21,6 +21,7 @@ pub(super) const KEYS: &[(&str, IsZero)] = &[
     ("review.attempts", |c| c.review.attempts == 0),
     ("review.lease", |c| c.review.lease.is_zero()),
     ("api.request_timeout", |c| c.api.request_timeout.is_zero()),
+    ("console.session_ttl", |c| c.console.session_ttl.is_zero()),
     ("watch.heartbeat", |c| c.watch.heartbeat.is_zero()),
     ("watch.buffer", |c| c.watch.buffer == 0),
     ("watch.retention", |c| c.watch.retention.is_zero()),

@@ -27,6 +27,7 @@ use super::{Config, ServeArgs, positive};
 const SECTIONS: &[&str] = &[
     "log",
     "metrics",
+    "console",
     "shutdown",
     "database",
     "redis",

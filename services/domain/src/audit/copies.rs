@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::time_index::Tide;
-use crate::{DecisionOutcome, Millis, ProposalState};
+use crate::{DecisionOutcome, Millis, ProposalState, model::ModelReview};
 
 /// An `audit_log` row's columns besides the record and its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,8 @@ pub struct DecisionColumns {
     pub route_id: Option<String>,
     /// The votes as JSON; NULL when there are none.
     pub votes_json: Option<String>,
+    /// The model's review as JSON; NULL where no model reviewed it.
+    pub model_json: Option<String>,
 }
 
 /// The columns of a `proposals` row that the record copies, and its state.
@@ -141,6 +143,8 @@ struct RecordView<'a> {
     route_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     votes: Vec<VoteView<'a>>,
+    #[serde(default)]
+    model: Option<ModelReview>,
 }
 
 #[derive(Deserialize, PartialEq)]
@@ -204,7 +208,7 @@ impl StoredCopies {
         let Some(d) = &self.decision else {
             return Some("decisions.proposal_id");
         };
-        let decision_checks: [(&'static str, &dyn Fn() -> bool); 15] = [
+        let decision_checks: [(&'static str, &dyn Fn() -> bool); 16] = [
             ("decisions.tenant", &|| d.tenant == r.tenant),
             ("decisions.outcome", &|| d.outcome == r.outcome),
             ("decisions.reason", &|| d.reason == r.reason),
@@ -237,6 +241,11 @@ impl StoredCopies {
                 None => r.votes.is_empty(),
                 Some(json) => serde_json::from_str::<Vec<VoteView<'_>>>(json)
                     .is_ok_and(|votes| !votes.is_empty() && votes == r.votes),
+            }),
+            ("decisions.model_json", &|| match &d.model_json {
+                None => r.model.is_none(),
+                Some(json) => serde_json::from_str::<ModelReview>(json)
+                    .is_ok_and(|model| r.model.as_ref() == Some(&model)),
             }),
         ];
         if let Some((column, _)) = decision_checks.iter().find(|(_, agrees)| !agrees()) {

@@ -31,6 +31,7 @@ fn record(n: u64) -> AuditRecord {
         review_latency_ms: 3,
         route_id: None,
         votes: Vec::new(),
+        model: None,
     }
 }
 
@@ -281,6 +282,10 @@ fn copies_of(record: &AuditRecord, tide: time_index::Tide) -> StoredCopies {
             route_id: record.route_id.clone(),
             votes_json: (!record.votes.is_empty())
                 .then(|| serde_json::to_string(&record.votes).unwrap()),
+            model_json: record
+                .model
+                .as_ref()
+                .map(|m| serde_json::to_string(m).unwrap()),
         }),
         proposal: Some(ProposalColumns {
             tenant: record.tenant.clone(),
@@ -441,11 +446,17 @@ fn escalated(n: u64) -> AuditRecord {
 /// A log whose entry 5 is an escalated decision with its votes, stored
 /// with its copies.
 fn log_with_votes() -> Vec<StoredEntry> {
+    log_with(8, 5, escalated)
+}
+
+/// A log of `n` entries whose entry `at` is `special`'s record, stored with
+/// its copies.
+fn log_with(n: u64, at: u64, special: fn(u64) -> AuditRecord) -> Vec<StoredEntry> {
     let mut head = EMPTY_HEAD;
     let mut tide = time_index::Tide::before_first();
-    (1..=8)
+    (1..=n)
         .map(|n| {
-            let r = if n == 5 { escalated(n) } else { record(n) };
+            let r = if n == at { special(n) } else { record(n) };
             head = chain(&head, &r.leaf_hash());
             tide = tide.next(r.decided_at);
             StoredEntry {
@@ -513,6 +524,89 @@ fn the_chain_covers_an_escalated_decisions_route_and_votes() {
         assert_eq!(
             (f.sequence, f.kind, f.column),
             (5, FailureKind::Mismatch, Some(column))
+        );
+    }
+}
+
+/// A decision a model reviewed: its review in the record.
+fn model_reviewed(n: u64) -> AuditRecord {
+    use crate::model::TokenUsage;
+    AuditRecord {
+        model: Some(ModelReview {
+            profile_id: "db-changes".into(),
+            endpoint: "local".into(),
+            model: "qwen2.5-7b-instruct".into(),
+            verdict: "approve".into(),
+            latency_ms: 840,
+            usage: TokenUsage {
+                prompt: 812,
+                completion: 9,
+                cached_prompt: 768,
+            },
+        }),
+        ..record(n)
+    }
+}
+
+/// The model's review is in the chained record: the log with it verifies;
+/// one changed byte of it (the model, the verdict, a token count) fails
+/// verification at that entry; a changed or dropped copy in the decision
+/// row is a mismatch named by its column, and so is a copy where the
+/// record has none.
+#[test]
+fn the_chain_covers_a_decisions_model_review() {
+    let with_review = |at: u64| log_with(6, at, model_reviewed);
+    let entries = with_review(4);
+    assert!(
+        entries[3]
+            .record
+            .contains(r#""model":{"profile_id":"db-changes""#),
+        "{}",
+        entries[3].record
+    );
+    assert!(!entries[2].record.contains("model"), "none where none ran");
+    assert!(verify_stored(&entries).ok());
+
+    for (from, to) in [
+        ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-x"),
+        (r#""verdict":"approve""#, r#""verdict":"reject""#),
+        (r#""cached_prompt":768"#, r#""cached_prompt":0"#),
+        (r#""latency_ms":840"#, r#""latency_ms":84"#),
+    ] {
+        let mut entries = with_review(4);
+        entries[3].record = entries[3].record.replacen(from, to, 1);
+        assert_eq!(
+            failure(&verify_stored(&entries)),
+            (4, FailureKind::Altered),
+            "{to}"
+        );
+    }
+
+    type Change = fn(&mut DecisionColumns);
+    let changes: [(u64, Change); 3] = [
+        (4, |d| {
+            d.model_json = d.model_json.as_ref().map(|j| j.replacen("840", "84", 1))
+        }),
+        (4, |d| d.model_json = None),
+        (3, |d| d.model_json = Some(r#"{"profile_id":"x"}"#.into())),
+    ];
+    for (at, change) in changes {
+        let mut entries = with_review(4);
+        let i = at as usize - 1;
+        change(
+            entries[i]
+                .copies
+                .as_mut()
+                .unwrap()
+                .decision
+                .as_mut()
+                .unwrap(),
+        );
+        let v = verify_stored(&entries);
+        let f = v.failure.as_ref().unwrap_or_else(|| panic!("{at}: {v:?}"));
+        assert_eq!(
+            (f.sequence, f.kind, f.column),
+            (at, FailureKind::Mismatch, Some("decisions.model_json"))
         );
     }
 }

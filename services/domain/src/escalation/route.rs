@@ -138,23 +138,7 @@ pub(crate) fn validate_match(owner: &str, m: RouteMatch) -> Result<RouteMatch, F
     }
     let mut actions: Vec<String> = Vec::with_capacity(m.actions.len());
     for glob in m.actions {
-        if glob.is_empty() || glob.len() > MAX_ACTION {
-            return Err(FieldError::new(
-                &field,
-                format!("each must be 1 to {MAX_ACTION} bytes (got {})", glob.len()),
-            ));
-        }
-        if !glob
-            .bytes()
-            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'*' | b'?'))
-        {
-            return Err(FieldError::new(
-                &field,
-                format!(
-                    "`{glob}` may contain only a-z, 0-9, '_', '.', '-' and the wildcards '*' and '?'"
-                ),
-            ));
-        }
+        action_glob_ok(&field, &glob, "each")?;
         if !actions.contains(&glob) {
             actions.push(glob);
         }
@@ -181,6 +165,33 @@ pub(crate) fn validate_match(owner: &str, m: RouteMatch) -> Result<RouteMatch, F
         blast_radii,
         target_selector: m.target_selector,
     })
+}
+
+/// An action glob (`field`; `which` says which of them in an error: "each"
+/// of a list, "it" alone): 1 to [`MAX_ACTION`] bytes of an action's
+/// characters and the wildcards `*` and `?`.
+pub(crate) fn action_glob_ok(field: &str, glob: &str, which: &str) -> Result<(), FieldError> {
+    if glob.is_empty() || glob.len() > MAX_ACTION {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "{which} must be 1 to {MAX_ACTION} bytes (got {})",
+                glob.len()
+            ),
+        ));
+    }
+    if !glob
+        .bytes()
+        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'*' | b'?'))
+    {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "`{glob}` may contain only a-z, 0-9, '_', '.', '-' and the wildcards '*' and '?'"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn approver_roles(names: &[String]) -> Result<Vec<Role>, FieldError> {

@@ -288,6 +288,7 @@ fn facts() -> ReviewFacts {
         now: NOW,
         routes: Vec::new(),
         model_profiles: Vec::new(),
+        sop_catalogue: Vec::new().into(),
     }
 }
 
@@ -1013,6 +1014,164 @@ fn decisions_without_people_keep_their_json_and_votes_round_trip() {
     }
 }
 
+// ---- the inbox: what awaits whom, and the filters ------------------------
+
+impl Sim {
+    /// Whether the escalation awaits `caller`'s vote now.
+    fn awaits(&self, caller: &Caller<'_>) -> bool {
+        awaits(
+            caller,
+            &self.subject(),
+            Some(&self.escalation),
+            &self.votes,
+            self.now,
+        )
+    }
+
+    /// The proposal as a store keeps it.
+    fn proposal(&self) -> crate::Proposal {
+        crate::Proposal {
+            id: "P5".into(),
+            tenant: "acme".into(),
+            state: self.state,
+            submitted_by_person: Some(SUBMITTER.into()),
+            spec: self.spec.clone(),
+            submitted_by: "sre-bot".into(),
+            created_at: NOW - 10,
+            updated_at: NOW,
+            decision: None,
+            suppressed_retries: 0,
+            cancel_reason: None,
+        }
+    }
+
+    fn kept(&self, filter: InboxFilterInput<'_>) -> bool {
+        validate_filter(filter)
+            .unwrap()
+            .keeps(&self.proposal(), &self.escalation, &self.votes)
+    }
+}
+
+#[test]
+fn an_escalation_awaits_only_the_people_who_may_still_vote_on_it() {
+    let mut sim = Sim::new(2);
+    let ann = person("ann@example.com");
+    assert!(sim.awaits(&ann));
+    assert!(!sim.awaits(&person(" SAM@example.com")), "the submitter");
+    assert!(!sim.awaits(&person("olga@EXAMPLE.com")), "the operator");
+    assert!(!sim.awaits(&Caller { agent: true, ..ann }), "an agent key");
+    assert!(
+        !sim.awaits(&Caller {
+            person: None,
+            ..ann
+        }),
+        "no person"
+    );
+    assert!(
+        !sim.awaits(&Caller {
+            role: Role::Auditor,
+            ..ann
+        }),
+        "a role the route does not allow"
+    );
+    assert!(
+        !sim.awaits(&Caller {
+            tenant: "other",
+            ..ann
+        }),
+        "another tenant's"
+    );
+    sim.approve(&ann).unwrap();
+    assert!(!sim.awaits(&person(" Ann@example.com")), "voted already");
+    assert!(sim.awaits(&person("bob@example.com")));
+    sim.now = sim.escalation.expires_at;
+    assert!(!sim.awaits(&person("bob@example.com")), "expired");
+    sim.now = NOW + 10;
+    sim.approve(&person("bob@example.com")).unwrap();
+    assert_eq!(sim.state, ProposalState::Approved);
+    assert!(!sim.awaits(&person("cid@example.com")), "decided");
+}
+
+#[test]
+fn the_inbox_keeps_what_every_filter_set_matches() {
+    let sim = Sim::new(2);
+    let all = InboxFilterInput::default();
+    assert!(validate_filter(all.clone()).unwrap().is_empty());
+    assert!(sim.kept(all));
+    let action = |action| InboxFilterInput {
+        action,
+        ..Default::default()
+    };
+    assert!(sim.kept(action("db_*")));
+    assert!(sim.kept(action("db_failove?")));
+    assert!(sim.kept(action("db_failover")));
+    assert!(!sim.kept(action("db_fail")));
+    assert!(!sim.kept(action("host_*")));
+    let target = |target| InboxFilterInput {
+        target,
+        ..Default::default()
+    };
+    assert!(sim.kept(target("db-01")));
+    assert!(!sim.kept(target("db-0")));
+    let route_id = |route_id| InboxFilterInput {
+        route_id,
+        ..Default::default()
+    };
+    assert!(sim.kept(route_id("prod-db")));
+    assert!(!sim.kept(route_id("prod")));
+    let operator = |operator| InboxFilterInput {
+        operator,
+        ..Default::default()
+    };
+    assert!(sim.kept(operator("OLGA@example.com")), "as persons");
+    assert!(!sim.kept(operator("ann@example.com")));
+    assert!(!sim.kept(InboxFilterInput {
+        action: "db_*",
+        target: "elsewhere",
+        ..Default::default()
+    }));
+    let awaiting = |caller: Caller<'_>| {
+        sim.kept(InboxFilterInput {
+            awaiting: Some(Awaiting {
+                voter: Voter::of(&caller),
+                now: sim.now,
+            }),
+            ..Default::default()
+        })
+    };
+    assert!(awaiting(person("ann@example.com")));
+    assert!(!awaiting(person("sam@example.com")));
+}
+
+#[test]
+fn a_bad_filter_is_refused_naming_its_field() {
+    let field = |input: InboxFilterInput<'_>| validate_filter(input).unwrap_err().field;
+    let long = "a".repeat(129);
+    for (action, target, route_id, operator, named) in [
+        ("Restart*", "", "", "", "action"),
+        ("db failover", "", "", "", "action"),
+        (long.as_str(), "", "", "", "action"),
+        ("", " ", "", "", "target"),
+        ("", "db\n01", "", "", "target"),
+        ("", "", "prod db", "", "route_id"),
+        ("", "", "", "\t", "operator"),
+        ("", "", "", "o\u{202E}lga", "operator"),
+    ] {
+        let input = InboxFilterInput {
+            action,
+            target,
+            route_id,
+            operator,
+            awaiting: None,
+        };
+        assert_eq!(
+            field(input),
+            named,
+            "{action:?} {target:?} {route_id:?} {operator:?}"
+        );
+    }
+}
+
 // ---- properties -----------------------------------------------------------
 
 /// Someone who may never approve: the submitter's person or the operator in
@@ -1155,6 +1314,40 @@ proptest! {
                 decided = Some((d.clone(), sim.votes.len()));
             }
         }
+    }
+
+    #[test]
+    fn an_escalation_awaits_a_caller_exactly_when_resolve_would_count_their_vote(
+        required in 1..4u32,
+        before in prop::collection::vec(
+            prop_oneof![eligible(), ineligible()].prop_flat_map(|c| verdict().prop_map(move |v| (c, v))),
+            0..8,
+        ),
+        caller in prop_oneof![eligible(), ineligible()],
+        foreign in any::<bool>(),
+        late in 0..3i64,
+    ) {
+        let mut sim = Sim::new(required);
+        for (c, v) in &before {
+            let _ = sim.cast(c, *v, "");
+        }
+        let caller = if foreign { Caller { tenant: "other", ..caller } } else { caller };
+        sim.now = sim.escalation.expires_at - 1 + late;
+        let counted = |verdict| {
+            matches!(
+                resolve(
+                    &caller,
+                    &sim.subject(),
+                    Some(&sim.escalation),
+                    &sim.votes,
+                    &Ballot { verdict: Some(verdict), comment: "" },
+                    sim.now,
+                ),
+                Ok(Resolution::Recorded { .. } | Resolution::Decided { .. })
+            )
+        };
+        let both = counted(Verdict::Approve) && counted(Verdict::Reject);
+        prop_assert_eq!(sim.awaits(&caller), both, "{:?}", caller);
     }
 
     #[test]

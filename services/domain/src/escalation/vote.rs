@@ -7,7 +7,7 @@ use crate::{
     Millis,
     decision::Decision,
     error::{ErrorKind, ServiceError},
-    proposal::ProposalSpec,
+    proposal::{Proposal, ProposalSpec},
     role::Role,
     state::ProposalState,
     validation::{FieldError, MAX_REASON},
@@ -45,6 +45,39 @@ pub struct Caller<'a> {
     pub agent: bool,
 }
 
+/// A [`Caller`], owned: for a caller kept beyond the request (a filter, a
+/// transaction on another thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Voter {
+    pub tenant: String,
+    pub key_id: String,
+    pub person: Option<String>,
+    pub role: Role,
+    pub agent: bool,
+}
+
+impl Voter {
+    pub fn of(caller: &Caller<'_>) -> Voter {
+        Voter {
+            tenant: caller.tenant.to_owned(),
+            key_id: caller.key_id.to_owned(),
+            person: caller.person.map(str::to_owned),
+            role: caller.role,
+            agent: caller.agent,
+        }
+    }
+
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            tenant: &self.tenant,
+            key_id: &self.key_id,
+            person: self.person.as_deref(),
+            role: self.role,
+            agent: self.agent,
+        }
+    }
+}
+
 /// The proposal voted on, as it is now.
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {
@@ -55,6 +88,19 @@ pub struct Subject<'a> {
     /// agent acts for).
     pub submitter_person: Option<&'a str>,
     pub spec: &'a ProposalSpec,
+}
+
+impl<'a> Subject<'a> {
+    /// `proposal` as it is now.
+    pub fn of(proposal: &'a Proposal) -> Subject<'a> {
+        Subject {
+            id: &proposal.id,
+            tenant: &proposal.tenant,
+            state: proposal.state,
+            submitter_person: proposal.submitted_by_person.as_deref(),
+            spec: &proposal.spec,
+        }
+    }
 }
 
 /// What the caller asks: a verdict (`None` when unset or unknown on the wire)
@@ -237,6 +283,74 @@ fn permitted<'a>(
     Ok(person)
 }
 
+/// The vote `person` already cast among `votes` (one per person).
+fn recorded<'v>(votes: &'v [Vote], person: &str) -> Option<&'v Vote> {
+    votes.iter().find(|v| same_person(&v.person, person))
+}
+
+/// The escalation a new vote of `person` (permitted, with `recorded` the
+/// vote they cast before, if any) counts in: the proposal must be ESCALATED,
+/// the person must not have voted, and the escalation must not have expired
+/// at `now`; otherwise the refusal, by state.
+fn open_to<'e>(
+    person: &str,
+    recorded: Option<&Vote>,
+    subject: &Subject<'_>,
+    escalation: Option<&'e Escalation>,
+    votes: &[Vote],
+    now: Millis,
+) -> Result<&'e Escalation, ResolveError> {
+    if subject.state != ProposalState::Escalated {
+        return Err(ResolveError::NotEscalated {
+            id: subject.id.to_owned(),
+            state: subject.state,
+        });
+    }
+    let Some(escalation) = escalation else {
+        return Err(ResolveError::Inconsistent(subject.id.to_owned()));
+    };
+    if let Some(recorded) = recorded {
+        return Err(ResolveError::AlreadyVoted {
+            person: person.to_owned(),
+            recorded: recorded.verdict,
+        });
+    }
+    if escalation.is_expired(now) {
+        return Err(ResolveError::Expired {
+            approvals: tally(votes, subject, escalation.expires_at).approvals.len(),
+            required: escalation.approvals_required,
+        });
+    }
+    Ok(escalation)
+}
+
+/// Whether `subject` awaits `caller`'s vote at `now`: a vote of either
+/// verdict would be counted. These are [`resolve`]'s own checks, in its
+/// order, but the ballot's: the caller's tenant, the permission rules (a
+/// person, not an agent key, a role the route allows, neither the
+/// submitter's person nor the operator), and the state (ESCALATED, no vote
+/// of this person yet, not expired).
+pub fn awaits(
+    caller: &Caller<'_>,
+    subject: &Subject<'_>,
+    escalation: Option<&Escalation>,
+    votes: &[Vote],
+    now: Millis,
+) -> bool {
+    caller.tenant == subject.tenant
+        && permitted(caller, subject, escalation).is_ok_and(|person| {
+            open_to(
+                person,
+                recorded(votes, person),
+                subject,
+                escalation,
+                votes,
+                now,
+            )
+            .is_ok()
+        })
+}
+
 /// One vote, checked and counted. In order: the proposal must be the
 /// caller's tenant's (else NOT_FOUND); the caller must be a person, not an
 /// agent key, in a role the route allows, and neither the submitter's person
@@ -277,31 +391,11 @@ pub fn resolve(
         )));
     }
 
-    let recorded = votes.iter().find(|v| same_person(&v.person, person));
+    let recorded = recorded(votes, person);
     if recorded.is_some_and(|r| r.verdict == verdict) {
         return Ok(Resolution::Repeat);
     }
-    if subject.state != ProposalState::Escalated {
-        return Err(ResolveError::NotEscalated {
-            id: subject.id.to_owned(),
-            state: subject.state,
-        });
-    }
-    let Some(escalation) = escalation else {
-        return Err(ResolveError::Inconsistent(subject.id.to_owned()));
-    };
-    if let Some(recorded) = recorded {
-        return Err(ResolveError::AlreadyVoted {
-            person: person.to_owned(),
-            recorded: recorded.verdict,
-        });
-    }
-    if escalation.is_expired(now) {
-        return Err(ResolveError::Expired {
-            approvals: tally(votes, subject, escalation.expires_at).approvals.len(),
-            required: escalation.approvals_required,
-        });
-    }
+    let escalation = open_to(person, recorded, subject, escalation, votes, now)?;
 
     let vote = Vote {
         person: person.to_owned(),

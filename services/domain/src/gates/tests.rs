@@ -62,6 +62,7 @@ fn facts() -> ReviewFacts {
         now: NOW,
         routes: Vec::new(),
         model_profiles: Vec::new(),
+        sop_catalogue: Vec::new().into(),
     }
 }
 

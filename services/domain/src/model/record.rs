@@ -1,8 +1,8 @@
 //! What a decision records of its model review: which profile sent it to
 //! which endpoint and model, what came back, how long it took and what it
 //! cost. People see it; agent credentials never do (`Decision::for_agent`).
-//! It is not part of the audit record: the `model` gate's result, which is,
-//! says what the model decided and why.
+//! It is part of the decision's audit record (`AuditRecord::model`), so the
+//! log's chain covers it beside the `model` gate's result.
 
 use serde::{Deserialize, Serialize};
 

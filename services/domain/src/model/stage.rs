@@ -32,6 +32,19 @@ pub enum Failure {
 }
 
 impl Failure {
+    pub const ALL: [Failure; 4] = [
+        Failure::Timeout,
+        Failure::ProviderError,
+        Failure::Malformed,
+        Failure::OverBudget,
+    ];
+
+    /// The failure a failed `model` gate's detail names: the detail is
+    /// exactly its name (a verdict's detail starts with the verdict).
+    pub fn named(detail: &str) -> Option<Failure> {
+        Failure::ALL.into_iter().find(|f| f.as_str() == detail)
+    }
+
     /// The failure's name in the `model` gate's detail.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -279,6 +279,32 @@ fn only_a_review_that_rejected_on_its_merits_suppresses_retries() {
 }
 
 #[test]
+fn a_model_verdict_suppresses_retries_and_a_model_failure_does_not() {
+    let with_model = |detail: &str| {
+        let mut decision = rejection(&["model"]);
+        decision.gates = vec![GateResult {
+            gate: "model".into(),
+            passed: false,
+            detail: detail.into(),
+        }];
+        decision
+    };
+    assert!(suppresses_retries(&with_model(
+        "reject: not what SOP-007 covers"
+    )));
+    assert!(suppresses_retries(&with_model("unsure")));
+    assert!(suppresses_retries(&with_model(
+        "unsure: the reply is not a verdict (prose)"
+    )));
+    for failure in Failure::ALL {
+        assert!(
+            !suppresses_retries(&with_model(failure.as_str())),
+            "{failure:?}: no verdict, asked again"
+        );
+    }
+}
+
+#[test]
 fn the_breaker_opens_at_the_threshold_within_the_window_and_closes_after() {
     let window = 300_000;
     let mut b = Breaker::default();

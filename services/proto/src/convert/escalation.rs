@@ -4,8 +4,8 @@
 use countersign_domain::{
     Decision, DecisionOutcome, FieldError, Millis, OperationClass, Proposal,
     escalation::{
-        AGENT_AWAITING_HUMAN, Escalation, Route, RouteInput, RouteMatch, Subject, Verdict, Vote,
-        validate_route,
+        AGENT_AWAITING_HUMAN, Awaiting, Caller, Escalation, InboxFilter, InboxFilterInput, Route,
+        RouteInput, RouteMatch, Subject, Verdict, Vote, Voter, validate_filter, validate_route,
     },
     review::summary,
 };
@@ -16,17 +16,6 @@ use super::{
     reference::blast_radius_from_proto, timestamp,
 };
 use crate::v1;
-
-/// The proposal as the four-eyes rules see it.
-pub fn subject(proposal: &Proposal) -> Subject<'_> {
-    Subject {
-        id: &proposal.id,
-        tenant: &proposal.tenant,
-        state: proposal.state,
-        submitter_person: proposal.submitted_by_person.as_deref(),
-        spec: &proposal.spec,
-    }
-}
 
 /// The decision of a proposal people are deciding, as `viewer` may see it:
 /// the gates as the review left them, the model's review if one reviewed it,
@@ -40,7 +29,7 @@ pub fn waiting_decision(
     votes: &[Vote],
     agent_viewer: bool,
 ) -> v1::Decision {
-    let reason = escalation.waiting_reason(votes, &subject(proposal));
+    let reason = escalation.waiting_reason(votes, &Subject::of(proposal));
     let decision = Decision {
         // Not shown: the wire outcome is unspecified (below) while people decide.
         outcome: DecisionOutcome::Reject,
@@ -125,6 +114,26 @@ pub fn page_after(token: &str) -> Result<Option<(Millis, String)>, FieldError> {
         let (at, id) = text.strip_prefix("e1:")?.split_once(':')?;
         let at = at.parse().ok()?;
         (!id.is_empty()).then(|| (at, id.to_owned()))
+    })
+}
+
+/// The filters of a `ListEscalations` request, checked (INVALID_ARGUMENT
+/// naming the field); `awaiting_me` keeps what awaits `caller`'s vote at
+/// `now`.
+pub fn inbox_filter(
+    request: &v1::ListEscalationsRequest,
+    caller: &Caller<'_>,
+    now: Millis,
+) -> Result<InboxFilter, FieldError> {
+    validate_filter(InboxFilterInput {
+        action: &request.action,
+        target: &request.target,
+        route_id: &request.route_id,
+        operator: &request.operator,
+        awaiting: request.awaiting_me.then(|| Awaiting {
+            voter: Voter::of(caller),
+            now,
+        }),
     })
 }
 

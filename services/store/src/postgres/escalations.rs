@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use countersign_domain::{
     BlastRadius, Millis, Proposal, ProposalState,
-    escalation::{Ballot, Caller, Escalation, ResolveError, Vote},
+    escalation::{Ballot, Caller, Escalation, InboxFilter, ResolveError, Vote},
     gates::GateSpec,
 };
 use sqlx::PgConnection;
@@ -37,7 +37,7 @@ async fn votes_on(
     tenant: &str,
     ids: &[&str],
 ) -> Result<Vec<(String, Vote)>> {
-    sqlx::query("SELECT * FROM votes WHERE tenant = $1 AND proposal_id = ANY($2) ORDER BY id")
+    sqlx::query(VOTES_ON)
         .bind(tenant)
         .bind(ids)
         .fetch_all(&mut *conn)
@@ -179,6 +179,65 @@ async fn write(
     Ok(decide)
 }
 
+/// A page of tenant `$1`'s open escalations after (`$2`, `$3`), at most `$4`,
+/// along `escalations_open`. Planned per run (`scope::CUSTOM_PLANS`): a plan
+/// made without the tenant reads every tenant's open escalations (the other
+/// partial index) and sorts them.
+pub const OPEN_PAGE: &str = "SELECT * FROM escalations WHERE tenant = $1 AND closed_at IS NULL
+       AND (opened_at, proposal_id COLLATE \"C\") > ($2, $3)
+     ORDER BY opened_at, proposal_id COLLATE \"C\" LIMIT $4";
+
+/// The open escalations run out by `$1`, the earliest first, at most `$2`
+/// (read in the system scope).
+pub const DUE: &str = "SELECT tenant, proposal_id FROM escalations
+     WHERE closed_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2";
+
+/// The earliest expires_at of any open escalation (system scope).
+pub const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM escalations WHERE closed_at IS NULL";
+
+/// Open escalations by tenant (system scope).
+pub const OPEN_BY_TENANT: &str = "SELECT tenant, COUNT(*) FROM escalations WHERE closed_at IS NULL
+     GROUP BY tenant ORDER BY tenant COLLATE \"C\"";
+
+/// The votes on the proposals `$2` of tenant `$1`, in the order cast.
+pub const VOTES_ON: &str =
+    "SELECT * FROM votes WHERE tenant = $1 AND proposal_id = ANY($2) ORDER BY id";
+
+/// How many VOTE events of tenant `$1`'s proposal `$2` follow its event `$3`
+/// (a tenant cursor).
+pub const VOTE_EVENTS_AFTER: &str = "SELECT COUNT(*) FROM events
+     WHERE tenant = $1 AND proposal_id = $2 AND kind = 'VOTE' AND tenant_cursor > $3";
+
+/// Up to `limit` open escalations of `tenant` after `after`, oldest opened
+/// first, each with its proposal and votes.
+async fn chunk(
+    conn: &mut PgConnection,
+    tenant: &str,
+    after: Option<(Millis, String)>,
+    limit: u32,
+) -> Result<Vec<EscalationRecord>> {
+    let (opened_at, after_id) = after.unwrap_or((Millis::MIN, String::new()));
+    let rows = sqlx::query(OPEN_PAGE)
+        .bind(tenant)
+        .bind(opened_at)
+        .bind(&after_id)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+    let (ids, escalations) = escalation::page(&rows)?;
+    let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let proposals = sqlx::query("SELECT * FROM proposals WHERE tenant = $1 AND id = ANY($2)")
+        .bind(tenant)
+        .bind(&id_refs)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|row| proposal_from_row(row).map(|p| (p.id.clone(), p)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let votes = votes_on(conn, tenant, &id_refs).await?;
+    escalation::records(escalations, &ids, proposals, votes)
+}
+
 /// Expires one escalation of `tenant` in a transaction of its own; the state
 /// it left the proposal in, or `None` when nothing was due (it was decided
 /// or cancelled meanwhile).
@@ -302,35 +361,19 @@ impl Escalations for PostgresStore {
     async fn list_escalations(
         &self,
         tenant: &str,
+        filter: &InboxFilter,
         after: Option<(Millis, String)>,
         limit: u32,
     ) -> Result<Vec<EscalationRecord>> {
-        let mut tx = scope::tenant(&self.pool, tenant).await?;
-        let (opened_at, after_id) = after.unwrap_or((Millis::MIN, String::new()));
-        let rows = sqlx::query(
-            "SELECT * FROM escalations WHERE tenant = $1 AND closed_at IS NULL
-               AND (opened_at, proposal_id COLLATE \"C\") > ($2, $3)
-             ORDER BY opened_at, proposal_id COLLATE \"C\" LIMIT $4",
-        )
-        .bind(tenant)
-        .bind(opened_at)
-        .bind(&after_id)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
-        let (ids, escalations) = escalation::page(&rows)?;
-        let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let proposals = sqlx::query("SELECT * FROM proposals WHERE tenant = $1 AND id = ANY($2)")
-            .bind(tenant)
-            .bind(&id_refs)
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| proposal_from_row(row).map(|p| (p.id.clone(), p)))
-            .collect::<Result<HashMap<_, _>>>()?;
-        let votes = votes_on(&mut tx, tenant, &id_refs).await?;
+        // Planned for the tenant (`OPEN_PAGE`): one plan for any tenant
+        // reads every tenant's open escalations where one has many.
+        let mut tx = scope::tenant_planned_per_run(&self.pool, tenant).await?;
+        let mut scan = escalation::Scan::new(filter, after, limit);
+        while let Some((after, n)) = scan.next() {
+            scan.take(chunk(&mut tx, tenant, after, n).await?, n);
+        }
         tx.commit().await?;
-        escalation::records(escalations, &ids, proposals, votes)
+        Ok(scan.finish())
     }
 
     #[tracing::instrument(name = "store.postgres.get_escalation", skip(self))]
@@ -338,13 +381,28 @@ impl Escalations for PostgresStore {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
         let found = load(&mut tx, tenant, id, false).await?;
         tx.commit().await?;
-        Ok(found.and_then(|found| {
-            Some(EscalationRecord {
-                escalation: found.escalation?,
-                proposal: found.proposal,
-                votes: found.votes,
-            })
-        }))
+        Ok(found.and_then(Found::record))
+    }
+
+    #[tracing::instrument(name = "store.postgres.escalation_at_event", skip(self))]
+    async fn escalation_at_event(
+        &self,
+        tenant: &str,
+        id: &str,
+        cursor: u64,
+    ) -> Result<Option<EscalationRecord>> {
+        let mut tx = scope::tenant(&self.pool, tenant).await?;
+        let Some(found) = load(&mut tx, tenant, id, false).await? else {
+            return Ok(None);
+        };
+        let later: i64 = sqlx::query_scalar(VOTE_EVENTS_AFTER)
+            .bind(tenant)
+            .bind(id)
+            .bind(i64::try_from(cursor).unwrap_or(i64::MAX))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(found.record_at_event(later))
     }
 
     #[tracing::instrument(
@@ -395,14 +453,11 @@ impl Escalations for PostgresStore {
     )]
     async fn expire_escalations(&self, now: Millis, limit: u32) -> Result<Vec<ReviewKey>> {
         let mut tx = scope::system(&self.pool).await?;
-        let due: Vec<(String, String)> = sqlx::query_as(
-            "SELECT tenant, proposal_id FROM escalations
-             WHERE closed_at IS NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
+        let due: Vec<(String, String)> = sqlx::query_as(DUE)
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         let mut keys = Vec::new();
         for (tenant, id) in due {
@@ -422,22 +477,14 @@ impl Escalations for PostgresStore {
 
     async fn next_expiry(&self) -> Result<Option<Millis>> {
         let mut tx = scope::system(&self.pool).await?;
-        let next: Option<Millis> =
-            sqlx::query_scalar("SELECT MIN(expires_at) FROM escalations WHERE closed_at IS NULL")
-                .fetch_one(&mut *tx)
-                .await?;
+        let next: Option<Millis> = sqlx::query_scalar(NEXT_EXPIRY).fetch_one(&mut *tx).await?;
         tx.commit().await?;
         Ok(next)
     }
 
     async fn open_escalations_by_tenant(&self) -> Result<Vec<(String, u64)>> {
         let mut tx = scope::system(&self.pool).await?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT tenant, COUNT(*) FROM escalations WHERE closed_at IS NULL
-             GROUP BY tenant ORDER BY tenant COLLATE \"C\"",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(OPEN_BY_TENANT).fetch_all(&mut *tx).await?;
         tx.commit().await?;
         Ok(rows
             .into_iter()

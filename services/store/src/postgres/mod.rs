@@ -7,14 +7,22 @@
 //! [`PostgresStore::migrate_as_owner`] (`countersign migrate`).
 
 mod audit;
+mod console_sessions;
 mod escalations;
 #[doc(hidden)]
 pub use audit::{IN_COMMIT_ORDER, NEXT_DECISIONS};
+#[doc(hidden)]
+pub use escalations::{
+    DUE as ESCALATIONS_DUE, NEXT_EXPIRY as NEXT_ESCALATION_EXPIRY,
+    OPEN_BY_TENANT as OPEN_ESCALATIONS_BY_TENANT, OPEN_PAGE as OPEN_ESCALATIONS_PAGE,
+    VOTE_EVENTS_AFTER, VOTES_ON as VOTES_ON_PROPOSALS,
+};
 mod events;
 #[doc(hidden)]
 pub use events::events_after_query;
 mod group_commit;
 mod keys;
+mod model_calls;
 mod outbox;
 mod proposals;
 #[doc(hidden)]
@@ -22,7 +30,7 @@ pub use proposals::BY_KEY as PROPOSAL_BY_KEY;
 mod reference;
 mod review;
 #[doc(hidden)]
-pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, candidates_query};
+pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, OVERDUE, candidates_query};
 mod roles;
 mod routes;
 mod scope;

@@ -259,6 +259,12 @@ async fn log_discarded(
 /// PostgreSQL guesses at 100 rows: it hashed the whole table for every batch
 /// (a fresh deployment's first tens of thousands; 5 ms a batch at 10,000).
 #[doc(hidden)]
+/// The reviews started before `$1`, oldest first, at most `$2`: a range of
+/// `proposals_reviewing`, which holds the proposals under review only.
+pub const OVERDUE: &str = "SELECT tenant, id, review_started_at FROM proposals
+WHERE state = 'reviewing' AND review_started_at < $1
+ORDER BY review_started_at LIMIT $2";
+
 pub const DECIDED_STATE: &str = "UPDATE proposals SET state = $4, decided_at = $5, updated_at = $2
      WHERE id = $3 AND (tenant, state) IS NOT DISTINCT FROM ($1, $6)";
 
@@ -398,8 +404,9 @@ impl Reviews for PostgresStore {
     }
 
     /// The facts of a batch of reviews, in one read-only snapshot: per tenant,
-    /// its policy, the SOPs of the batch's actions and its targets in one query
-    /// each, and the operations that may run in parallel with any of them in one
+    /// its policy, its routes and model profiles, the SOPs of the batch's
+    /// actions (all of them where it has a model profile) and its targets in
+    /// one query each, and the operations that may run in parallel with any of them in one
     /// more. A database error fails the batch (every review is tried again); a
     /// malformed row fails only the reviews that read it.
     #[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
@@ -421,19 +428,6 @@ impl Reviews for PostgresStore {
                 continue;
             };
             let (actions, targets) = batch.keys(&indices);
-            let sop_rows = sqlx::query(
-                "SELECT * FROM sops WHERE tenant = $1 AND action = ANY($2) ORDER BY id COLLATE \"C\"",
-            )
-            .bind(&tenant)
-            .bind(&actions)
-            .fetch_all(&mut *tx)
-            .await?;
-            let target_rows =
-                sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
-                    .bind(&tenant)
-                    .bind(&targets)
-                    .fetch_all(&mut *tx)
-                    .await?;
             let route_rows = sqlx::query(&super::routes::list_statement::<Route>())
                 .bind(&tenant)
                 .fetch_all(&mut *tx)
@@ -442,6 +436,23 @@ impl Reviews for PostgresStore {
                 .bind(&tenant)
                 .fetch_all(&mut *tx)
                 .await?;
+            // With a model profile, the tenant's whole catalogue.
+            let every_action = facts::sops_for_every_action(&profile_rows);
+            let sop_rows = sqlx::query(
+                "SELECT * FROM sops WHERE tenant = $1 AND ($3 OR action = ANY($2))
+                 ORDER BY id COLLATE \"C\"",
+            )
+            .bind(&tenant)
+            .bind(&actions)
+            .bind(every_action)
+            .fetch_all(&mut *tx)
+            .await?;
+            let target_rows =
+                sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
+                    .bind(&tenant)
+                    .bind(&targets)
+                    .fetch_all(&mut *tx)
+                    .await?;
             let Some(gathered) = batch.gather(
                 &indices,
                 policy,
@@ -556,15 +567,11 @@ impl Reviews for PostgresStore {
     ) -> Result<Vec<OverdueReview>> {
         // The janitor looks across tenants: system scope, read only.
         let mut tx = scope::system(&self.pool).await?;
-        let rows: Vec<(String, String, Millis)> = sqlx::query_as(
-            "SELECT tenant, id, review_started_at FROM proposals
-             WHERE state = 'reviewing' AND review_started_at < $1
-             ORDER BY review_started_at LIMIT $2",
-        )
-        .bind(started_before)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Vec<(String, String, Millis)> = sqlx::query_as(OVERDUE)
+            .bind(started_before)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(rows
             .into_iter()

@@ -48,7 +48,9 @@ pub async fn refuse_unsafe_role(conn: &mut PgConnection) -> Result<()> {
 }
 
 /// The tables whose rows belong to tenants: each must have row-level security
-/// enabled and forced.
+/// enabled and forced. So must every other table of the schema with a
+/// `tenant` column ([`check_schema`] finds those itself), so a table a later
+/// migration adds is covered whether or not it is named here.
 const TENANT_TABLES: &[&str] = &[
     "tenants",
     "api_keys",
@@ -66,10 +68,15 @@ const TENANT_TABLES: &[&str] = &[
     "breaker_resets",
     "audit_log",
     "audit_checkpoints",
+    "routes",
+    "escalations",
+    "votes",
+    "model_profiles",
 ];
 
-/// The schema is at least this build's migrations, and every tenant table has
-/// row-level security forced.
+/// The schema is at least this build's migrations, and every tenant table
+/// (those named above, and any table with a `tenant` column) has row-level
+/// security enabled and forced.
 pub async fn check_schema(
     conn: &mut PgConnection,
     migrator: &sqlx::migrate::Migrator,
@@ -100,10 +107,19 @@ pub async fn check_schema(
         return Err(outdated());
     }
     let unprotected: Vec<String> = sqlx::query_scalar(
-        "SELECT t.name FROM unnest($1::text[]) AS t(name)
+        "WITH tenant_tables AS (
+             SELECT name FROM unnest($1::text[]) AS t(name)
+             UNION
+             SELECT c.relname::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_attribute a ON a.attrelid = c.oid
+             WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+               AND a.attname = 'tenant' AND NOT a.attisdropped)
+         SELECT t.name FROM tenant_tables t
          WHERE NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                            WHERE n.nspname = current_schema() AND c.relname = t.name
-                             AND c.relrowsecurity AND c.relforcerowsecurity)",
+                             AND c.relrowsecurity AND c.relforcerowsecurity)
+         ORDER BY t.name",
     )
     .bind(TENANT_TABLES)
     .fetch_all(&mut *conn)

@@ -58,8 +58,9 @@ pub async fn enter_tenant(conn: &mut PgConnection, tenant: &str) -> Result<()> {
 /// plan (PostgreSQL's choice for a prepared statement after five runs) is
 /// costed without them, which is right for a read by key and wrong where the
 /// best plan depends on the values: a review's facts (a tenant's share of the
-/// table, a batch's arrays), a watcher's replay (a tenant's share of the log)
-/// and the audit sequencer (see `audit::IN_COMMIT_ORDER`) set it; every other
+/// table, a batch's arrays), a watcher's replay (a tenant's share of the log),
+/// the inbox (a tenant's share of the open escalations) and the audit
+/// sequencer (see `audit::IN_COMMIT_ORDER`) set it; every other
 /// statement keeps its cached plan (test: `postgres_plans::the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters`).
 pub const CUSTOM_PLANS: &str = "set_config('plan_cache_mode', 'force_custom_plan', true)";
 

@@ -5,8 +5,8 @@ use sqlx::PgConnection;
 use super::{PostgresStore, keys, scope};
 use crate::rows::tenant_from_row;
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
-    validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, check_policy,
+    now_ms, validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
@@ -17,8 +17,8 @@ async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
     let defaults = TenantPolicy::default();
     let row = sqlx::query(
         "INSERT INTO tenants (name, created_at, parallel_window_ms, allow_force_approve_no_sop,
-             breaker_threshold, breaker_window_ms)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING
+             breaker_threshold, breaker_window_ms, receipt_ttl_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING
          RETURNING *",
     )
     .bind(name)
@@ -27,6 +27,7 @@ async fn insert(conn: &mut PgConnection, name: &str) -> Result<Tenant> {
     .bind(defaults.allow_force_approve_no_sop)
     .bind(i64::from(defaults.breaker_threshold))
     .bind(defaults.breaker_window_ms)
+    .bind(defaults.receipt_ttl_ms)
     .fetch_optional(&mut *conn)
     .await?;
     match row {
@@ -113,21 +114,18 @@ impl Tenants for PostgresStore {
 
     #[tracing::instrument(name = "store.postgres.set_tenant_policy", skip(self))]
     async fn set_tenant_policy(&self, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-        if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
-            return Err(StoreError::InvalidArgument(
-                "windows must not be negative".into(),
-            ));
-        }
+        check_policy(&policy)?;
         let mut tx = scope::tenant(&self.pool, name).await?;
         let row = sqlx::query(
             "UPDATE tenants SET parallel_window_ms = $1, allow_force_approve_no_sop = $2,
-                 breaker_threshold = $3, breaker_window_ms = $4
-             WHERE name = $5 RETURNING *",
+                 breaker_threshold = $3, breaker_window_ms = $4, receipt_ttl_ms = $5
+             WHERE name = $6 RETURNING *",
         )
         .bind(policy.parallel_window_ms)
         .bind(policy.allow_force_approve_no_sop)
         .bind(i64::from(policy.breaker_threshold))
         .bind(policy.breaker_window_ms)
+        .bind(policy.receipt_ttl_ms)
         .bind(name)
         .fetch_optional(&mut *tx)
         .await?;

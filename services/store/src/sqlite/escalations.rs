@@ -10,15 +10,14 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use countersign_domain::{
     BlastRadius, Millis, Proposal, ProposalState,
-    escalation::{Ballot, Caller, Escalation, ResolveError, Vote},
+    escalation::{Ballot, Caller, Escalation, InboxFilter, ResolveError, Vote, Voter},
     gates::GateSpec,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, events, proposals, review};
 use crate::escalation::{
-    self, Decide, EscalationRow, Found, OwnedBallot, OwnedCaller, escalation_from_row, person_key,
-    vote_from_row,
+    self, Decide, EscalationRow, Found, OwnedBallot, escalation_from_row, person_key, vote_from_row,
 };
 use crate::rows::{OwnedRow, proposal_from_row, target_from_row};
 use crate::{
@@ -106,6 +105,11 @@ const DUE: &str = "SELECT tenant, proposal_id FROM escalations
      WHERE closed_at IS NULL AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2";
 
 const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM escalations WHERE closed_at IS NULL";
+
+/// How many VOTE events of tenant `?1`'s proposal `?2` follow its event
+/// `?3` (a tenant cursor).
+const VOTE_EVENTS_AFTER: &str = "SELECT COUNT(*) FROM events
+     WHERE tenant = ?1 AND proposal_id = ?2 AND kind = 'VOTE' AND tenant_cursor > ?3";
 
 /// The votes on `ids` (a JSON array) of `tenant`, each with its proposal,
 /// in the order cast.
@@ -213,17 +217,17 @@ type Cast = (std::result::Result<Voted, ResolveError>, Vec<StoreEvent>);
 )]
 pub fn cast(
     conn: &mut Connection,
-    caller: &OwnedCaller,
+    caller: &Voter,
     id: &str,
     ballot: &OwnedBallot,
     now: Millis,
 ) -> Result<Cast> {
     let tx = conn.transaction()?;
-    let tenant = caller.tenant();
+    let tenant = caller.tenant.as_str();
     let Some(found) = load(&tx, tenant, id)? else {
         return Ok((Err(ResolveError::NotFound(id.to_owned())), Vec::new()));
     };
-    let mut plan = escalation::plan_vote(&caller.get(), &found, &ballot.get(), now);
+    let mut plan = escalation::plan_vote(&caller.caller(), &found, &ballot.get(), now);
     let mut events = Vec::new();
     if let Some(vote) = &plan.vote {
         insert_vote(&tx, tenant, id, vote)?;
@@ -279,15 +283,31 @@ pub fn expire(
     Ok((keys, events))
 }
 
-/// The open escalations of `tenant` after `after`, oldest opened first, each
-/// with its proposal and votes, from one snapshot.
+/// The open escalations of `tenant` that `filter` keeps, after `after`,
+/// oldest opened first, each with its proposal and votes, from one snapshot.
 pub fn list(
     conn: &mut Connection,
     tenant: &str,
+    filter: &InboxFilter,
     after: Option<(Millis, String)>,
     limit: u32,
 ) -> Result<Vec<EscalationRecord>> {
     let tx = conn.transaction()?;
+    let mut scan = escalation::Scan::new(filter, after, limit);
+    while let Some((after, n)) = scan.next() {
+        scan.take(chunk(&tx, tenant, after, n)?, n);
+    }
+    Ok(scan.finish())
+}
+
+/// Up to `limit` open escalations of `tenant` after `after`, oldest opened
+/// first, each with its proposal and votes.
+fn chunk(
+    tx: &Connection,
+    tenant: &str,
+    after: Option<(Millis, String)>,
+    limit: u32,
+) -> Result<Vec<EscalationRecord>> {
     let (opened_at, id) = after.unwrap_or((Millis::MIN, String::new()));
     let rows = {
         let mut page = tx.prepare_cached(PAGE)?;
@@ -308,21 +328,31 @@ pub fn list(
         })?
         .map(|row| row?.map(|p: Proposal| (p.id.clone(), p)))
         .collect::<Result<HashMap<_, _>>>()?;
-    let votes = votes_on(&tx, tenant, &ids_json)?;
+    let votes = votes_on(tx, tenant, &ids_json)?;
     escalation::records(escalations, &ids, proposals, votes)
 }
 
 /// One proposal's escalation, proposal and votes, from one snapshot.
 pub fn get(conn: &mut Connection, tenant: &str, id: &str) -> Result<Option<EscalationRecord>> {
     let tx = conn.transaction()?;
+    Ok(load(&tx, tenant, id)?.and_then(Found::record))
+}
+
+/// [`get`] with the votes as they stood at the tenant's event `cursor`.
+pub fn get_at_event(
+    conn: &mut Connection,
+    tenant: &str,
+    id: &str,
+    cursor: u64,
+) -> Result<Option<EscalationRecord>> {
+    let tx = conn.transaction()?;
     let Some(found) = load(&tx, tenant, id)? else {
         return Ok(None);
     };
-    Ok(found.escalation.map(|escalation| EscalationRecord {
-        proposal: found.proposal,
-        escalation,
-        votes: found.votes,
-    }))
+    let later: i64 = tx
+        .prepare_cached(VOTE_EVENTS_AFTER)?
+        .query_row(params![tenant, id, cursor], |r| r.get(0))?;
+    Ok(found.record_at_event(later))
 }
 
 pub fn next_expiry(conn: &Connection) -> Result<Option<Millis>> {
@@ -357,17 +387,29 @@ impl Escalations for SqliteStore {
     async fn list_escalations(
         &self,
         tenant: &str,
+        filter: &InboxFilter,
         after: Option<(Millis, String)>,
         limit: u32,
     ) -> Result<Vec<EscalationRecord>> {
-        let tenant = tenant.to_owned();
-        self.read(move |conn| list(conn, &tenant, after, limit))
+        let (tenant, filter) = (tenant.to_owned(), filter.clone());
+        self.read(move |conn| list(conn, &tenant, &filter, after, limit))
             .await
     }
 
     async fn get_escalation(&self, tenant: &str, id: &str) -> Result<Option<EscalationRecord>> {
         let (tenant, id) = (tenant.to_owned(), id.to_owned());
         self.read(move |conn| get(conn, &tenant, &id)).await
+    }
+
+    async fn escalation_at_event(
+        &self,
+        tenant: &str,
+        id: &str,
+        cursor: u64,
+    ) -> Result<Option<EscalationRecord>> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |conn| get_at_event(conn, &tenant, &id, cursor))
+            .await
     }
 
     async fn cast_vote(
@@ -377,7 +419,7 @@ impl Escalations for SqliteStore {
         ballot: Ballot<'_>,
         now: Millis,
     ) -> Result<std::result::Result<Voted, ResolveError>> {
-        let (caller, ballot) = (OwnedCaller::of(&caller), OwnedBallot::of(&ballot));
+        let (caller, ballot) = (Voter::of(&caller), OwnedBallot::of(&ballot));
         let id = proposal_id.to_owned();
         let (voted, events) = self
             .write(move |conn| cast(conn, &caller, &id, &ballot, now))
@@ -442,6 +484,11 @@ mod tests {
                 super::VOTES_ON,
                 "votes",
                 "SEARCH votes USING INDEX votes_one_per_person (proposal_id=?)",
+            ),
+            (
+                super::VOTE_EVENTS_AFTER,
+                "events",
+                "SEARCH events USING COVERING INDEX events_votes_by_proposal (tenant=? AND proposal_id=? AND tenant_cursor>?)",
             ),
         ];
         for (query, table, step) in cases {

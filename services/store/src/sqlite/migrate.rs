@@ -37,6 +37,11 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0016_escalated_state.sql",
     "0017_countersignature.sql",
     "0018_model_profiles.sql",
+    "0019_model_calls.sql",
+    "0020_vote_events_by_proposal.sql",
+    "0021_receipt_ttl.sql",
+    "0022_console_sessions.sql",
+    "0023_lean_decision_path.sql",
 ];
 
 /// Why the schema could not be brought up to date.
@@ -361,7 +366,11 @@ mod tests {
             .unwrap();
         assert!(escalated.contains("'escalated'"), "{escalated}");
         let newer: Vec<i64> = after[before.len() + 1..].iter().map(|row| row.0).collect();
-        assert_eq!(newer, [17, 18], "and every migration after it");
+        assert_eq!(
+            newer,
+            [17, 18, 19, 20, 21, 22, 23],
+            "and every migration after it"
+        );
         Migrations::embedded().run(&mut conn).unwrap();
         assert_eq!(recorded(&conn), after);
     }

@@ -5,13 +5,16 @@
 //! connections (`reads`). The embedded review queue is this database's
 //! `queue_entries` table (`queue`).
 
+mod accounting;
 mod audit;
 mod connection;
+mod console_sessions;
 mod escalations;
 mod events;
 mod group_commit;
 mod keys;
 mod migrate;
+mod model_calls;
 mod proposals;
 mod queue;
 mod reads;
@@ -186,6 +189,49 @@ pub(crate) mod tests {
         let store = SqliteStore::connect(&url).await.unwrap();
         store.migrate().await.unwrap();
         (store, dir)
+    }
+
+    /// The tables a decision writes carry the indexes their queries need and
+    /// no other (migrations/sqlite/0023 names each one's query; the plan
+    /// tests of review.rs, queue.rs, events.rs, suppression.rs and audit.rs
+    /// show them used).
+    #[tokio::test]
+    async fn the_decision_paths_tables_carry_only_the_indexes_their_queries_use() {
+        let (store, _dir) = migrated().await;
+        let indexes = store
+            .on_writer(|conn| {
+                // Each with `partial` where it holds only the rows its WHERE names.
+                conn.prepare(
+                    "SELECT m.tbl_name || ' ' || m.name || IIF(i.partial, ' partial', '')
+                     FROM sqlite_master AS m
+                     JOIN pragma_index_list(m.tbl_name) AS i ON i.name = m.name
+                     WHERE m.type = 'index'
+                       AND m.tbl_name IN ('proposals', 'queue_entries', 'events', 'decisions')
+                     ORDER BY m.tbl_name, m.name",
+                )?
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "decisions sqlite_autoindex_decisions_1",
+                "events events_by_tenant_cursor",
+                "events events_votes_by_proposal partial",
+                "proposals proposals_idempotency partial",
+                "proposals proposals_open",
+                "proposals proposals_operator_rejections partial",
+                "proposals proposals_radius_state partial",
+                "proposals proposals_reviewing partial",
+                "proposals proposals_target_state",
+                "proposals sqlite_autoindex_proposals_1",
+                "queue_entries queue_by_tenant partial",
+                "queue_entries queue_leased partial",
+                "queue_entries sqlite_autoindex_queue_entries_1",
+            ]
+        );
     }
 
     /// The steps of `query`'s plan on a freshly migrated database.

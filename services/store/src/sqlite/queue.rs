@@ -102,6 +102,13 @@ const FETCH_IDLE_TENANTS: &str = fetch_sql!(
     "1"
 );
 
+/// Gives back the leases that ran out by `?1`: a range of `queue_leased`,
+/// which holds the leased entries alone.
+const RECLAIM: &str = "
+UPDATE queue_entries
+SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL AND lease_expires_at <= ?";
+
 impl EmbeddedQueue {
     /// One fetch statement (`FETCH` or `FETCH_IDLE_TENANTS`) on the writer's thread.
     async fn fetch_with(
@@ -238,15 +245,7 @@ impl Queue for EmbeddedQueue {
     async fn reclaim_expired(&self) -> Result<u64> {
         let now = now_ms();
         let reclaimed = self
-            .run(move |conn| {
-                conn.prepare_cached(
-                    "UPDATE queue_entries
-                     SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                     WHERE dead_at IS NULL AND lease_expires_at IS NOT NULL
-                       AND lease_expires_at <= ?",
-                )?
-                .execute([now])
-            })
+            .run(move |conn| conn.prepare_cached(RECLAIM)?.execute([now]))
             .await?;
         Ok(reclaimed as u64)
     }
@@ -303,6 +302,19 @@ impl Queue for EmbeddedQueue {
 #[cfg(test)]
 mod tests {
     use crate::sqlite::tests::plan_of;
+
+    /// The reclaim reads the leased entries alone, through `queue_leased`.
+    #[tokio::test]
+    async fn the_reclaim_is_a_range_of_the_index_of_leases() {
+        let steps = plan_of(super::RECLAIM).await;
+        assert_eq!(
+            steps,
+            [
+                "SEARCH queue_entries USING INDEX queue_leased (lease_expires_at>? AND lease_expires_at<?)"
+            ],
+            "{steps:#?}"
+        );
+    }
 
     /// The fetch's plan on the migrated schema: `queue_entries` is read only
     /// through its primary key or `queue_by_tenant` (the first tenant is the

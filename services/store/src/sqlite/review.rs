@@ -226,7 +226,7 @@ pub fn facts_many(
         let policy = tx
             .prepare_cached(
                 "SELECT parallel_window_ms, allow_force_approve_no_sop, breaker_threshold,
-                        breaker_window_ms
+                        breaker_window_ms, receipt_ttl_ms
                  FROM tenants WHERE name = ?1",
             )?
             .query_row([&tenant], |row| {
@@ -235,6 +235,7 @@ pub fn facts_many(
                     allow_force_approve_no_sop: row.get(1)?,
                     breaker_threshold: row.get::<_, i64>(2)?.max(0) as u32,
                     breaker_window_ms: row.get(3)?,
+                    receipt_ttl_ms: row.get(4)?,
                 })
             })
             .optional()?;
@@ -244,19 +245,6 @@ pub fn facts_many(
         };
         let (actions, targets) = batch.keys(&indices);
         let targets = json_array(&targets);
-        let mut sops = tx.prepare_cached(
-            "SELECT * FROM sops WHERE tenant = ?1 AND action IN (SELECT value FROM json_each(?2))
-             ORDER BY id",
-        )?;
-        sops.raw_bind_parameter(1, &tenant)?;
-        sops.raw_bind_parameter(2, json_array(&actions))?;
-        let sop_rows = OwnedRow::all(&mut sops)?;
-        let mut target_statement = tx.prepare_cached(
-            "SELECT * FROM targets WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))",
-        )?;
-        target_statement.raw_bind_parameter(1, &tenant)?;
-        target_statement.raw_bind_parameter(2, &targets)?;
-        let target_rows = OwnedRow::all(&mut target_statement)?;
         let documents = |statement: String| -> Result<Vec<OwnedRow>> {
             let mut statement = tx.prepare_cached(&statement)?;
             statement.raw_bind_parameter(1, &tenant)?;
@@ -264,6 +252,22 @@ pub fn facts_many(
         };
         let route_rows = documents(super::routes::list_statement::<Route>())?;
         let profile_rows = documents(super::routes::list_statement::<ModelProfile>())?;
+        // With a model profile, the tenant's whole catalogue.
+        let mut sops = tx.prepare_cached(
+            "SELECT * FROM sops WHERE tenant = ?1
+                 AND (?3 OR action IN (SELECT value FROM json_each(?2)))
+             ORDER BY id",
+        )?;
+        sops.raw_bind_parameter(1, &tenant)?;
+        sops.raw_bind_parameter(2, json_array(&actions))?;
+        sops.raw_bind_parameter(3, facts::sops_for_every_action(&profile_rows))?;
+        let sop_rows = OwnedRow::all(&mut sops)?;
+        let mut target_statement = tx.prepare_cached(
+            "SELECT * FROM targets WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))",
+        )?;
+        target_statement.raw_bind_parameter(1, &tenant)?;
+        target_statement.raw_bind_parameter(2, &targets)?;
+        let target_rows = OwnedRow::all(&mut target_statement)?;
         let Some(gathered) = batch.gather(
             &indices,
             policy,
@@ -453,24 +457,27 @@ pub(super) fn write_decisions(
     Ok(())
 }
 
+/// The reviews started before `?1`, oldest first, at most `?2`: a range of
+/// `proposals_reviewing`, which holds the proposals under review only.
+const OVERDUE: &str = "
+SELECT tenant, id, review_started_at FROM proposals
+WHERE state = 'reviewing' AND review_started_at < ? ORDER BY review_started_at LIMIT ?";
+
 pub fn overdue(
     conn: &Connection,
     started_before: Millis,
     limit: u32,
 ) -> Result<Vec<OverdueReview>> {
-    conn.prepare_cached(
-        "SELECT tenant, id, review_started_at FROM proposals
-         WHERE state = 'reviewing' AND review_started_at < ? ORDER BY review_started_at LIMIT ?",
-    )?
-    .query_map(rusqlite::params![started_before, limit], |row| {
-        Ok(OverdueReview {
-            tenant: row.get(0)?,
-            proposal_id: row.get(1)?,
-            started_at: row.get(2)?,
-        })
-    })?
-    .collect::<rusqlite::Result<_>>()
-    .map_err(Into::into)
+    conn.prepare_cached(OVERDUE)?
+        .query_map(rusqlite::params![started_before, limit], |row| {
+            Ok(OverdueReview {
+                tenant: row.get(0)?,
+                proposal_id: row.get(1)?,
+                started_at: row.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(Into::into)
 }
 
 #[async_trait]
@@ -562,6 +569,101 @@ mod tests {
         }
     }
 
+    /// The janitor's overdue reviews are a range of `proposals_reviewing`,
+    /// an index of the proposals under review alone.
+    #[tokio::test]
+    async fn the_overdue_reviews_are_a_range_of_the_index_of_reviews() {
+        let steps = plan_of(super::OVERDUE).await;
+        assert_eq!(
+            steps,
+            ["SEARCH proposals USING INDEX proposals_reviewing (review_started_at<?)"],
+            "{steps:#?}"
+        );
+    }
+
+    /// The radius branches of the candidates read `proposals_radius_state`,
+    /// which holds cluster-wide and tenant-wide proposals alone.
+    #[tokio::test]
+    async fn the_candidates_radius_branches_read_the_partial_radius_index() {
+        let steps = plan_of(&super::candidates_query(false, false)).await;
+        let radius: Vec<&String> = steps
+            .iter()
+            .filter(|s| s.contains("proposals_radius_state"))
+            .collect();
+        assert_eq!(radius.len(), 2, "{steps:#?}");
+    }
+
+    /// Each row of a state change is written once: the proposal, its
+    /// tenant's cursor and its event, which the trigger inserts with that
+    /// cursor (no second write of the event row to set it).
+    #[tokio::test]
+    async fn a_state_change_writes_the_proposal_the_cursor_and_one_event_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, p) = submitted(&dir).await;
+        let (changes, cursors) = store
+            .on_writer(move |conn| {
+                let before = conn.total_changes();
+                conn.execute(
+                    "UPDATE proposals SET state = 'reviewing', updated_at = 1 WHERE id = ?",
+                    [&p.id],
+                )?;
+                let changes = conn.total_changes() - before;
+                let cursors = conn
+                    .prepare("SELECT kind, tenant_cursor FROM events WHERE proposal_id = ? ORDER BY cursor")?
+                    .query_map([&p.id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok::<_, rusqlite::Error>((changes, cursors))
+            })
+            .await
+            .unwrap();
+        assert_eq!(changes, 3, "proposal, cursor, event");
+        assert_eq!(
+            cursors,
+            [
+                ("SUBMITTED".to_owned(), 1),
+                ("REVIEW_STARTED".to_owned(), 2)
+            ]
+        );
+    }
+
+    /// A store with tenant `a` and one proposal of it, submitted.
+    async fn submitted(dir: &tempfile::TempDir) -> (SqliteStore, countersign_domain::Proposal) {
+        let store = store(dir).await;
+        store.create_tenant("a").await.unwrap();
+        let p = store
+            .insert_proposal(NewProposal {
+                tenant: "a".into(),
+                spec: spec(),
+                submitted_by: "t".into(),
+                submitted_by_person: None,
+                submitted_key: None,
+                trace_parent: None,
+            })
+            .await
+            .unwrap()
+            .proposal()
+            .clone();
+        (store, p)
+    }
+
+    fn spec() -> countersign_domain::ProposalSpec {
+        countersign_domain::ProposalSpec {
+            action: "host_restart_service".into(),
+            class: countersign_domain::OperationClass::Write,
+            target: "node-01".into(),
+            parameters: Default::default(),
+            reason: "r".into(),
+            blast_radius: countersign_domain::BlastRadius::SingleDevice,
+            operator: "o".into(),
+            context_summary: String::new(),
+            incident_id: String::new(),
+            labels: Default::default(),
+            rollback_plan: String::new(),
+            force_approve_no_sop: false,
+            idempotency_key: String::new(),
+        }
+    }
+
     /// A batch's proposals, their SOPs and their targets are each read by key.
     #[tokio::test]
     async fn a_batch_reads_its_proposals_sops_and_targets_by_key() {
@@ -582,36 +684,7 @@ mod tests {
     #[tokio::test]
     async fn a_late_result_is_logged() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir).await;
-        store.create_tenant("a").await.unwrap();
-        let spec = countersign_domain::ProposalSpec {
-            action: "host_restart_service".into(),
-            class: countersign_domain::OperationClass::Write,
-            target: "node-01".into(),
-            parameters: Default::default(),
-            reason: "r".into(),
-            blast_radius: countersign_domain::BlastRadius::SingleDevice,
-            operator: "o".into(),
-            context_summary: String::new(),
-            incident_id: String::new(),
-            labels: Default::default(),
-            rollback_plan: String::new(),
-            force_approve_no_sop: false,
-            idempotency_key: String::new(),
-        };
-        let p = store
-            .insert_proposal(NewProposal {
-                tenant: "a".into(),
-                spec,
-                submitted_by: "t".into(),
-                submitted_by_person: None,
-                submitted_key: None,
-                trace_parent: None,
-            })
-            .await
-            .unwrap()
-            .proposal()
-            .clone();
+        let (store, p) = submitted(&dir).await;
         let key = ReviewKey {
             tenant: "a".into(),
             id: p.id.clone(),

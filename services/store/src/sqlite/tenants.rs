@@ -5,8 +5,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{SqliteStore, keys};
 use crate::rows::tenant_from_row;
 use crate::{
-    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, now_ms,
-    validate_tenant_name,
+    BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, check_policy,
+    now_ms, validate_tenant_name,
 };
 
 pub const DEFAULT_TENANT: &str = "default";
@@ -17,8 +17,8 @@ pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
     let defaults = TenantPolicy::default();
     conn.prepare_cached(
         "INSERT INTO tenants (name, created_at, parallel_window_ms, allow_force_approve_no_sop,
-             breaker_threshold, breaker_window_ms)
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
+             breaker_threshold, breaker_window_ms, receipt_ttl_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
          RETURNING *",
     )?
     .query_row(
@@ -28,7 +28,8 @@ pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
             defaults.parallel_window_ms,
             defaults.allow_force_approve_no_sop,
             defaults.breaker_threshold,
-            defaults.breaker_window_ms
+            defaults.breaker_window_ms,
+            defaults.receipt_ttl_ms
         ],
         |row| Ok(tenant_from_row(row)),
     )
@@ -80,14 +81,10 @@ pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
 }
 
 pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result<Tenant> {
-    if policy.parallel_window_ms < 0 || policy.breaker_window_ms < 0 {
-        return Err(StoreError::InvalidArgument(
-            "windows must not be negative".into(),
-        ));
-    }
+    check_policy(&policy)?;
     conn.prepare_cached(
         "UPDATE tenants SET parallel_window_ms = ?, allow_force_approve_no_sop = ?,
-             breaker_threshold = ?, breaker_window_ms = ?
+             breaker_threshold = ?, breaker_window_ms = ?, receipt_ttl_ms = ?
          WHERE name = ? RETURNING *",
     )?
     .query_row(
@@ -96,6 +93,7 @@ pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result
             policy.allow_force_approve_no_sop,
             policy.breaker_threshold,
             policy.breaker_window_ms,
+            policy.receipt_ttl_ms,
             name
         ],
         |row| Ok(tenant_from_row(row)),

@@ -35,6 +35,7 @@ type Job = Box<dyn FnOnce(&mut Connection) -> bool + Send>;
 
 /// Runs the jobs one after another until every handle is gone.
 fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
+    let mut rows = super::accounting::RowCounter::install(&conn);
     for job in jobs {
         // A job that panicked has answered no one; its caller hears
         // `WriteThreadStopped` from the dropped reply.
@@ -44,6 +45,7 @@ fn serve(mut conn: Connection, jobs: mpsc::Receiver<Job>) {
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
+        rows.settle(&conn);
     }
 }
 

@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 use countersign_domain::{
     Millis,
-    escalation::{Ballot, Caller, Escalation, ResolveError},
+    escalation::{Ballot, Caller, Escalation, InboxFilter, ResolveError},
 };
 
 use crate::{EscalationRecord, RecordOutcome, Result, ReviewKey, Voted};
@@ -19,17 +19,29 @@ pub trait Escalations: Send + Sync + 'static {
         &self,
         items: Vec<(ReviewKey, Escalation)>,
     ) -> Result<Vec<RecordOutcome>>;
-    /// The tenant's ESCALATED proposals, oldest opened first, after the
-    /// previous page's last (opened_at, proposal id), at most `limit`.
+    /// The tenant's ESCALATED proposals that `filter` keeps, oldest opened
+    /// first, after the previous page's last (opened_at, proposal id), at
+    /// most `limit`.
     async fn list_escalations(
         &self,
         tenant: &str,
+        filter: &InboxFilter,
         after: Option<(Millis, String)>,
         limit: u32,
     ) -> Result<Vec<EscalationRecord>>;
     /// One proposal's escalation and votes; `None` if it is not the tenant's
     /// or was never escalated.
     async fn get_escalation(&self, tenant: &str, id: &str) -> Result<Option<EscalationRecord>>;
+    /// [`Escalations::get_escalation`] with the votes as they stood at the
+    /// tenant's event `cursor`, an ESCALATED or VOTE event of the proposal:
+    /// those whose VOTE events are at or before it. What the review stream
+    /// shows with that event, live or replayed, whatever came after.
+    async fn escalation_at_event(
+        &self,
+        tenant: &str,
+        id: &str,
+        cursor: u64,
+    ) -> Result<Option<EscalationRecord>>;
     /// Resolve, as one transaction that serializes against every other vote
     /// and decision of that proposal: reads the proposal (a missing or other
     /// tenant's one: `Ok(Err(ResolveError::NotFound))`), its escalation and

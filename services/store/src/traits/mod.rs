@@ -5,6 +5,7 @@
 //! takes the narrow trait it uses (an `Arc<dyn Store>` upcasts to any of them).
 
 mod audit;
+mod console_sessions;
 mod directory;
 mod escalations;
 mod events;
@@ -17,11 +18,12 @@ mod routes;
 mod suppression;
 
 pub use audit::AuditLog;
+pub use console_sessions::ConsoleSessions;
 pub use directory::{ApiKeys, Directory, Tenants};
 pub use escalations::Escalations;
 pub use events::{Changes, EventLog};
 pub use lifecycle::Lifecycle;
-pub use model_profiles::ModelProfiles;
+pub use model_profiles::{ModelCalls, ModelProfiles};
 pub use proposals::Proposals;
 pub use reference::Reference;
 pub use reviews::Reviews;
@@ -38,10 +40,12 @@ pub trait Store:
     + Reviews
     + Routes
     + ModelProfiles
+    + ModelCalls
     + Escalations
     + EventLog
     + Suppressions
     + AuditLog
+    + ConsoleSessions
 {
 }
 
@@ -53,9 +57,11 @@ impl<T> Store for T where
         + Reviews
         + Routes
         + ModelProfiles
+        + ModelCalls
         + Escalations
         + EventLog
         + Suppressions
         + AuditLog
+        + ConsoleSessions
 {
 }

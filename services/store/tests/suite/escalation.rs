@@ -5,8 +5,9 @@ use countersign_domain::{
     DecisionOutcome, EventKind, Millis, Proposal, ProposalState, Role, TargetStatus,
     audit::Verifier,
     escalation::{
-        Ballot, Caller, Escalation, MAX_COMMENT, Resolution, ResolveError, Route, RouteInput,
-        RouteMatch, Rule, Verdict, validate_route,
+        Awaiting, Ballot, Caller, Escalation, InboxFilter, InboxFilterInput, MAX_COMMENT,
+        Resolution, ResolveError, Route, RouteInput, RouteMatch, Rule, Verdict, Voter,
+        validate_filter, validate_route,
     },
     gates::{self, HUMAN, NO_PARALLEL_OPERATION, SOP, TARGET_STATE},
     now_ms,
@@ -384,7 +385,10 @@ pub async fn open_escalations_are_listed_oldest_first_in_pages_and_counted(store
     let theirs = escalated_at(&store, "b", "node-01", &one, now - 10_000).await;
     mine.reverse();
 
-    let first = store.list_escalations("a", None, 2).await.unwrap();
+    let first = store
+        .list_escalations("a", &InboxFilter::default(), None, 2)
+        .await
+        .unwrap();
     let ids = |records: &[countersign_store::EscalationRecord]| -> Vec<String> {
         records.iter().map(|r| r.proposal.id.clone()).collect()
     };
@@ -393,19 +397,25 @@ pub async fn open_escalations_are_listed_oldest_first_in_pages_and_counted(store
     assert_eq!(first[0].escalation.route_id, "one");
     let last = &first[1];
     let after = Some((last.escalation.opened_at, last.proposal.id.clone()));
-    let second = store.list_escalations("a", after, 2).await.unwrap();
+    let second = store
+        .list_escalations("a", &InboxFilter::default(), after, 2)
+        .await
+        .unwrap();
     assert_eq!(ids(&second), [mine[2].id.clone()]);
     let last = &second[0];
     let after = Some((last.escalation.opened_at, last.proposal.id.clone()));
     assert!(
         store
-            .list_escalations("a", after, 2)
+            .list_escalations("a", &InboxFilter::default(), after, 2)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        ids(&store.list_escalations("b", None, 10).await.unwrap()),
+        ids(&store
+            .list_escalations("b", &InboxFilter::default(), None, 10)
+            .await
+            .unwrap()),
         std::slice::from_ref(&theirs.id)
     );
 
@@ -431,12 +441,15 @@ pub async fn open_escalations_are_listed_oldest_first_in_pages_and_counted(store
         .await
         .unwrap();
     assert_eq!(
-        ids(&store.list_escalations("a", None, 10).await.unwrap()),
+        ids(&store
+            .list_escalations("a", &InboxFilter::default(), None, 10)
+            .await
+            .unwrap()),
         [mine[1].id.clone(), mine[2].id.clone()]
     );
     assert!(
         store
-            .list_escalations("b", None, 10)
+            .list_escalations("b", &InboxFilter::default(), None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -446,6 +459,250 @@ pub async fn open_escalations_are_listed_oldest_first_in_pages_and_counted(store
         [("a".to_owned(), 2)]
     );
     assert_ne!(store.next_expiry().await.unwrap(), Some(earliest));
+}
+
+/// Filters of the inbox: each keeps what it matches, "awaiting" keeps what
+/// the caller may still vote on (the same rules as a vote), and a page
+/// carries on after the last escalation the filter kept.
+pub async fn the_inbox_keeps_what_its_filters_match_and_pages_through_it(store: DynStore) {
+    seeded(&store, "a").await;
+    let (one, two) = (route("one", 1, &[]), route("two", 2, &[]));
+    let now = now_ms();
+    let mut open = Vec::new();
+    for (n, (action, operator, route)) in [
+        ("host_restart_service", "olga@example.com", &one),
+        ("db_failover", "ann@example.com", &two),
+        ("host_restart_service", "olga@example.com", &two),
+        ("host_reboot", "olga@example.com", &one),
+        ("host_restart_service", "olga@example.com", &two),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut new = new_proposal("a", "");
+        new.spec.target = format!("node-{n}");
+        new.spec.action = action.into();
+        new.spec.operator = operator.into();
+        new.submitted_by_person = Some(SUBMITTER.into());
+        let p = store.insert_proposal(new).await.unwrap().proposal().clone();
+        begin_review(&store, "a", &p.id).await.unwrap();
+        let escalation = escalation_of(&store, &p, route, now - 10_000 + n as Millis).await;
+        store
+            .open_escalations(vec![(key(&p), escalation)])
+            .await
+            .unwrap();
+        open.push(store.get_proposal("a", &p.id).await.unwrap().unwrap());
+    }
+    // bob's approval is one of two: p4 stays open.
+    vote(&store, oncall("a", "bob@example.com"), &open[4], approve())
+        .await
+        .unwrap();
+
+    let listed = |filter: InboxFilter, after: Option<(Millis, String)>, limit: u32| {
+        let store = store.clone();
+        async move {
+            store
+                .list_escalations("a", &filter, after, limit)
+                .await
+                .unwrap()
+        }
+    };
+    let ids = |records: &[countersign_store::EscalationRecord]| -> Vec<usize> {
+        records
+            .iter()
+            .map(|r| open.iter().position(|p| p.id == r.proposal.id).unwrap())
+            .collect()
+    };
+    let filter = |input: InboxFilterInput<'_>| validate_filter(input).unwrap();
+    let awaiting = |caller: Caller<'_>| InboxFilterInput {
+        awaiting: Some(Awaiting {
+            voter: Voter::of(&caller),
+            now: now_ms(),
+        }),
+        ..InboxFilterInput::default()
+    };
+    let cases: Vec<(InboxFilterInput<'_>, Vec<usize>)> = vec![
+        (InboxFilterInput::default(), vec![0, 1, 2, 3, 4]),
+        (
+            InboxFilterInput {
+                action: "host_*",
+                ..Default::default()
+            },
+            vec![0, 2, 3, 4],
+        ),
+        (
+            InboxFilterInput {
+                action: "db_failover",
+                ..Default::default()
+            },
+            vec![1],
+        ),
+        (
+            InboxFilterInput {
+                target: "node-2",
+                ..Default::default()
+            },
+            vec![2],
+        ),
+        (
+            InboxFilterInput {
+                route_id: "two",
+                ..Default::default()
+            },
+            vec![1, 2, 4],
+        ),
+        (
+            InboxFilterInput {
+                operator: " OLGA@example.com",
+                ..Default::default()
+            },
+            vec![0, 2, 3, 4],
+        ),
+        // ann is p1's operator; bob voted on p4; sam submitted them all.
+        (awaiting(oncall("a", "ann@example.com")), vec![0, 2, 3, 4]),
+        (awaiting(oncall("a", " BOB@example.com")), vec![0, 1, 2, 3]),
+        (awaiting(oncall("a", SUBMITTER)), vec![]),
+        (
+            awaiting(Caller {
+                role: Role::Auditor,
+                ..oncall("a", "carol@example.com")
+            }),
+            vec![],
+        ),
+        (
+            awaiting(Caller {
+                agent: true,
+                ..oncall("a", "carol@example.com")
+            }),
+            vec![],
+        ),
+        (
+            awaiting(Caller {
+                person: None,
+                ..oncall("a", "carol@example.com")
+            }),
+            vec![],
+        ),
+        (
+            InboxFilterInput {
+                route_id: "two",
+                ..awaiting(oncall("a", "ann@example.com"))
+            },
+            vec![2, 4],
+        ),
+    ];
+    for (input, expected) in cases {
+        let shown = format!("{input:?}");
+        let filter = filter(input);
+        assert_eq!(
+            ids(&listed(filter.clone(), None, 10).await),
+            expected,
+            "{shown}"
+        );
+        // One at a time, each page after the last one kept.
+        let (mut paged, mut after) = (Vec::new(), None);
+        loop {
+            let page = listed(filter.clone(), after.clone(), 1).await;
+            let Some(last) = page.last() else { break };
+            after = Some((last.escalation.opened_at, last.proposal.id.clone()));
+            paged.extend(ids(&page));
+        }
+        assert_eq!(paged, expected, "paged: {shown}");
+    }
+
+    // Two at a time, across what the filter drops.
+    let host = filter(InboxFilterInput {
+        action: "host_*",
+        ..Default::default()
+    });
+    let first = listed(host.clone(), None, 2).await;
+    assert_eq!(ids(&first), [0, 2]);
+    let after = first
+        .last()
+        .map(|r| (r.escalation.opened_at, r.proposal.id.clone()));
+    assert_eq!(ids(&listed(host, after, 2).await), [3, 4]);
+
+    // A vote takes the escalation out of its voter's inbox, not another's.
+    vote(&store, oncall("a", "bob@example.com"), &open[2], approve())
+        .await
+        .unwrap();
+    let bobs = filter(InboxFilterInput {
+        route_id: "two",
+        ..awaiting(oncall("a", "bob@example.com"))
+    });
+    assert_eq!(ids(&listed(bobs, None, 10).await), [1]);
+    let anns = filter(InboxFilterInput {
+        route_id: "two",
+        ..awaiting(oncall("a", "ann@example.com"))
+    });
+    assert_eq!(ids(&listed(anns, None, 10).await), [2, 4]);
+    // Another tenant's voter is awaited by none of them.
+    assert!(
+        listed(filter(awaiting(oncall("b", "dee@example.com"))), None, 10)
+            .await
+            .is_empty()
+    );
+}
+
+/// The votes an ESCALATED or VOTE event shows: those cast up to it, read
+/// the same after every later vote and after the decision.
+pub async fn an_escalation_is_read_as_it_stood_at_each_of_its_events(store: DynStore) {
+    seeded(&store, "a").await;
+    let p = escalated(&store, "a", &route("three", 3, &[])).await;
+    let people = ["ann@example.com", "bob@example.com", "carol@example.com"];
+    let as_of = |store: DynStore, p: Proposal| async move {
+        let mut shown = Vec::new();
+        for event in proposal_events(&store, "a", &p.id).await.unwrap() {
+            if !matches!(event.kind, EventKind::Escalated | EventKind::Vote) {
+                continue;
+            }
+            let record = store
+                .escalation_at_event("a", &p.id, event.cursor)
+                .await
+                .unwrap()
+                .unwrap();
+            let voters: Vec<String> = record.votes.iter().map(|v| v.person.clone()).collect();
+            shown.push((event.kind, voters));
+        }
+        shown
+    };
+    let expected = |n: usize| {
+        let mut e = vec![(EventKind::Escalated, Vec::new())];
+        for k in 1..=n {
+            e.push((
+                EventKind::Vote,
+                people[..k].iter().map(|p| (*p).to_owned()).collect(),
+            ));
+        }
+        e
+    };
+    for (n, person) in people.iter().enumerate() {
+        assert_eq!(
+            as_of(store.clone(), p.clone()).await,
+            expected(n),
+            "after {n} votes"
+        );
+        vote(&store, oncall("a", person), &p, approve())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.get_proposal("a", &p.id).await.unwrap().unwrap().state,
+        ProposalState::Approved
+    );
+    assert_eq!(
+        as_of(store.clone(), p.clone()).await,
+        expected(3),
+        "decided"
+    );
+    assert!(
+        store
+            .escalation_at_event("b", &p.id, 1)
+            .await
+            .unwrap()
+            .is_none(),
+        "another tenant's"
+    );
 }
 
 /// Every refusal `resolve` knows, through the store: nothing is written for
@@ -852,7 +1109,7 @@ pub async fn a_vote_after_a_cancel_is_refused_by_state(store: DynStore) {
     );
     assert!(
         store
-            .list_escalations("a", None, 10)
+            .list_escalations("a", &InboxFilter::default(), None, 10)
             .await
             .unwrap()
             .is_empty()

@@ -5,7 +5,8 @@ use countersign_domain::{
     BlastRadius, OperationClass, ProposalState, Role,
     audit::Verifier,
     escalation::{
-        Ballot, Caller, Escalation, Resolution, RouteInput, RouteMatch, Verdict, validate_route,
+        Ballot, Caller, Escalation, InboxFilter, Resolution, RouteInput, RouteMatch, Verdict,
+        validate_route,
     },
     gates::{self, MODEL},
     model::{ModelProfile, ModelProfileInput, ModelReview, OnUnsure, TokenUsage, validate_profile},
@@ -148,9 +149,10 @@ pub async fn review_facts_carry_the_tenants_model_profiles_beside_its_routes(sto
 }
 
 /// A decision shaped by a model keeps its review beside it, on every read
-/// path; the audit record has the `model` gate but not the review, and the
-/// log verifies with the copies the store keeps.
-pub async fn a_decisions_model_review_is_kept_beside_it_and_out_of_its_record(store: DynStore) {
+/// path, and in its audit record (with the `model` gate); a decision no
+/// model reviewed has none in either; the log verifies with the copies the
+/// store keeps.
+pub async fn a_decisions_model_review_is_kept_beside_it_and_in_its_record(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     let reviewed = reviewing(&store, "a", "user_42").await;
     let plain = reviewing(&store, "a", "user_43").await;
@@ -221,10 +223,18 @@ pub async fn a_decisions_model_review_is_kept_beside_it_and_out_of_its_record(st
     assert_eq!(store.append_audit(100).await.unwrap(), 2);
     let entry = store.get_audit("a", &reviewed.id).await.unwrap().unwrap();
     assert_eq!(entry.record.gates.last().unwrap().gate, MODEL);
+    assert_eq!(entry.record.model, Some(model_review("reject")));
+    let plain_entry = store.get_audit("a", &plain.id).await.unwrap().unwrap();
+    assert_eq!(plain_entry.record.model, None);
     let mut verifier = Verifier::new();
     for stored in store.audit_range("a", 0, 100).await.unwrap() {
-        assert!(!stored.record.contains("qwen"), "{}", stored.record);
-        assert!(!stored.record.contains("profile_id"), "{}", stored.record);
+        let reviewed_entry = stored.sequence == entry.sequence;
+        assert_eq!(
+            stored.record.contains(r#""model":{"profile_id":"db""#),
+            reviewed_entry,
+            "{}",
+            stored.record
+        );
         verifier.push_checked(
             stored.sequence,
             &stored.digest,
@@ -265,7 +275,10 @@ pub async fn an_escalations_model_review_reaches_the_decision_people_make(store:
         .unwrap();
     let open = store.get_escalation("a", &p.id).await.unwrap().unwrap();
     assert_eq!(open.escalation.model, Some(model_review("unsure")));
-    let listed = store.list_escalations("a", None, 10).await.unwrap();
+    let listed = store
+        .list_escalations("a", &InboxFilter::default(), None, 10)
+        .await
+        .unwrap();
     assert_eq!(listed[0].escalation.model, Some(model_review("unsure")));
 
     let caller = Caller {
@@ -290,4 +303,129 @@ pub async fn an_escalations_model_review_reaches_the_decision_people_make(store:
     assert_eq!(decision.model, Some(model_review("unsure")));
     let stored = store.get_proposal("a", &p.id).await.unwrap().unwrap();
     assert_eq!(stored.decision.unwrap().model, Some(model_review("unsure")));
+}
+
+/// With a model profile, every review of the tenant carries its whole SOP
+/// catalogue (every action's, retired ones too, by id), the same for every
+/// proposal of a batch, whatever its action; its `sops` stay those of its
+/// action. A tenant without a profile gathers no catalogue.
+pub async fn review_facts_carry_the_whole_sop_catalogue_where_a_model_reviews(store: DynStore) {
+    fixtures::seed_reference(store.as_ref(), "a").await;
+    fixtures::seed_reference(store.as_ref(), "b").await;
+    for tenant in ["a", "b"] {
+        for (id, action) in [("SOP-001", "db_failover"), ("SOP-100", "dns_flush")] {
+            let sop = countersign_store::SopInput {
+                id: id.into(),
+                action: action.into(),
+                ..fixtures::sop()
+            };
+            store.put_sop(tenant, sop).await.unwrap();
+        }
+    }
+    store.retire_sop("a", "SOP-100").await.unwrap();
+    store
+        .put_model_profile("a", &profile("p1", "local"))
+        .await
+        .unwrap();
+    let restart = reviewing(&store, "a", "user_42").await;
+    let mut failover = countersign_store::NewProposal {
+        spec: countersign_domain::ProposalSpec {
+            action: "db_failover".into(),
+            idempotency_key: String::new(),
+            ..fixtures::spec()
+        },
+        ..super::new_proposal("a", "")
+    };
+    failover.spec.operator = "user_43".into();
+    let failover = store
+        .insert_proposal(failover)
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+    let theirs = reviewing(&store, "b", "user_42").await;
+    let facts = store
+        .review_facts_many(&[restart.clone(), failover.clone(), theirs])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>();
+    let ids = |sops: &[countersign_domain::Sop]| -> Vec<String> {
+        sops.iter().map(|s| s.id.clone()).collect()
+    };
+    assert_eq!(
+        ids(&facts[0].sop_catalogue),
+        ["SOP-001", "SOP-007", "SOP-100"]
+    );
+    assert!(facts[0].sop_catalogue.iter().any(|s| s.retired));
+    assert_eq!(facts[1].sop_catalogue, facts[0].sop_catalogue);
+    assert_eq!(ids(&facts[0].sops), ["SOP-007"]);
+    assert_eq!(ids(&facts[1].sops), ["SOP-001"]);
+    assert!(
+        facts[2].sop_catalogue.is_empty(),
+        "no profile, no catalogue"
+    );
+    assert_eq!(ids(&facts[2].sops), ["SOP-007"]);
+    assert_eq!(
+        review_facts(&store, &failover).await.unwrap().sop_catalogue,
+        facts[0].sop_catalogue
+    );
+}
+
+/// A tenant's model calls per minute are one count for every caller: at
+/// most the cap in any minute (a call counts for 60 s, then frees its
+/// place), each tenant its own, 0 no cap; calls taken at once by many
+/// callers never exceed it.
+pub async fn a_tenants_model_calls_are_capped_per_minute_for_every_caller(store: DynStore) {
+    for tenant in ["a", "b"] {
+        store.create_tenant(tenant).await.unwrap();
+    }
+    let at = 1_000_000;
+    let mut taken = Vec::new();
+    for offset in [0, 10, 20, 59_999, 60_000, 60_001, 60_010, 119_999] {
+        taken.push(store.take_model_call("a", at + offset, 2).await.unwrap());
+    }
+    assert_eq!(
+        taken,
+        [true, true, false, false, true, false, true, false],
+        "the first call frees its place at 60 s, the second at 60.01 s"
+    );
+    assert!(store.take_model_call("b", at, 2).await.unwrap(), "b's own");
+    for _ in 0..5 {
+        assert!(store.take_model_call("b", at, 0).await.unwrap(), "no cap");
+    }
+
+    // Many callers at once, a minute later: exactly the cap is taken.
+    let later = at + 600_000;
+    let racing = (0..12).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.take_model_call("a", later, 5).await.unwrap() })
+    });
+    let won = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .filter(|taken| *taken.as_ref().unwrap())
+        .count();
+    assert_eq!(won, 5);
+
+    // Any sequence of calls: no 60 s holds more than the cap.
+    let mut now = later + 600_000;
+    let mut times = Vec::new();
+    let mut seed = 7u64;
+    for _ in 0..120 {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        now += (seed >> 33) as i64 % 4_000;
+        if store.take_model_call("a", now, 4).await.unwrap() {
+            times.push(now);
+        }
+    }
+    for (i, &start) in times.iter().enumerate() {
+        let within = times[i..]
+            .iter()
+            .take_while(|&&t| t < start + 60_000)
+            .count();
+        assert!(within <= 4, "{within} calls from {start}: {times:?}");
+    }
+    assert!(times.len() > 8, "the cap frees as calls age: {times:?}");
 }

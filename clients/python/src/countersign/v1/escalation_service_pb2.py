@@ -26,21 +26,21 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from countersign.v1 import types_pb2 as countersign_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'countersign/v1/escalation_service.proto\x12\x0e\x63ountersign.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63ountersign/v1/types.proto\"?\n\x16ListEscalationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"c\n\x17ListEscalationsResponse\x12/\n\x0b\x65scalations\x18\x01 \x03(\x0b\x32\x1a.countersign.v1.Escalation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xbb\x01\n\nEscalation\x12*\n\x08proposal\x18\x01 \x01(\x0b\x32\x18.countersign.v1.Proposal\x12\x10\n\x08route_id\x18\x02 \x01(\t\x12#\n\x05votes\x18\x03 \x03(\x0b\x32\x14.countersign.v1.Vote\x12\x1a\n\x12\x61pprovals_required\x18\x04 \x01(\r\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"`\n\x0eResolveRequest\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12(\n\x07verdict\x18\x02 \x01(\x0e\x32\x17.countersign.v1.Verdict\x12\x0f\n\x07\x63omment\x18\x03 \x01(\t2\xbc\x01\n\x11\x45scalationService\x12\x62\n\x0fListEscalations\x12&.countersign.v1.ListEscalationsRequest\x1a\'.countersign.v1.ListEscalationsResponse\x12\x43\n\x07Resolve\x12\x1e.countersign.v1.ResolveRequest\x1a\x18.countersign.v1.Proposalb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'countersign/v1/escalation_service.proto\x12\x0e\x63ountersign.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1a\x63ountersign/v1/types.proto\"\x98\x01\n\x16ListEscalationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x10\n\x08route_id\x18\x05 \x01(\t\x12\x10\n\x08operator\x18\x06 \x01(\t\x12\x13\n\x0b\x61waiting_me\x18\x07 \x01(\x08\"c\n\x17ListEscalationsResponse\x12/\n\x0b\x65scalations\x18\x01 \x03(\x0b\x32\x1a.countersign.v1.Escalation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xbb\x01\n\nEscalation\x12*\n\x08proposal\x18\x01 \x01(\x0b\x32\x18.countersign.v1.Proposal\x12\x10\n\x08route_id\x18\x02 \x01(\t\x12#\n\x05votes\x18\x03 \x03(\x0b\x32\x14.countersign.v1.Vote\x12\x1a\n\x12\x61pprovals_required\x18\x04 \x01(\r\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"`\n\x0eResolveRequest\x12\x13\n\x0bproposal_id\x18\x01 \x01(\t\x12(\n\x07verdict\x18\x02 \x01(\x0e\x32\x17.countersign.v1.Verdict\x12\x0f\n\x07\x63omment\x18\x03 \x01(\t2\xbc\x01\n\x11\x45scalationService\x12\x62\n\x0fListEscalations\x12&.countersign.v1.ListEscalationsRequest\x1a\'.countersign.v1.ListEscalationsResponse\x12\x43\n\x07Resolve\x12\x1e.countersign.v1.ResolveRequest\x1a\x18.countersign.v1.Proposalb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.escalation_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTESCALATIONSREQUEST']._serialized_start=120
-  _globals['_LISTESCALATIONSREQUEST']._serialized_end=183
-  _globals['_LISTESCALATIONSRESPONSE']._serialized_start=185
-  _globals['_LISTESCALATIONSRESPONSE']._serialized_end=284
-  _globals['_ESCALATION']._serialized_start=287
-  _globals['_ESCALATION']._serialized_end=474
-  _globals['_RESOLVEREQUEST']._serialized_start=476
-  _globals['_RESOLVEREQUEST']._serialized_end=572
-  _globals['_ESCALATIONSERVICE']._serialized_start=575
-  _globals['_ESCALATIONSERVICE']._serialized_end=763
+  _globals['_LISTESCALATIONSREQUEST']._serialized_start=121
+  _globals['_LISTESCALATIONSREQUEST']._serialized_end=273
+  _globals['_LISTESCALATIONSRESPONSE']._serialized_start=275
+  _globals['_LISTESCALATIONSRESPONSE']._serialized_end=374
+  _globals['_ESCALATION']._serialized_start=377
+  _globals['_ESCALATION']._serialized_end=564
+  _globals['_RESOLVEREQUEST']._serialized_start=566
+  _globals['_RESOLVEREQUEST']._serialized_end=662
+  _globals['_ESCALATIONSERVICE']._serialized_start=665
+  _globals['_ESCALATIONSERVICE']._serialized_end=853
 # @@protoc_insertion_point(module_scope)

@@ -11,12 +11,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListEscalationsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "action", "target", "route_id", "operator", "awaiting_me")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    AWAITING_ME_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    action: str
+    target: str
+    route_id: str
+    operator: str
+    awaiting_me: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., action: _Optional[str] = ..., target: _Optional[str] = ..., route_id: _Optional[str] = ..., operator: _Optional[str] = ..., awaiting_me: bool = ...) -> None: ...
 
 class ListEscalationsResponse(_message.Message):
     __slots__ = ("escalations", "next_page_token")

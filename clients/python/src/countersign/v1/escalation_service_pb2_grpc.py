@@ -53,7 +53,8 @@ class EscalationServiceServicer(object):
     """
 
     def ListEscalations(self, request, context):
-        """Open escalations of the caller's tenant, oldest first, in pages.
+        """Open escalations of the caller's tenant, oldest first, in pages; those
+        every filter set keeps. A bad filter is INVALID_ARGUMENT naming its field.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

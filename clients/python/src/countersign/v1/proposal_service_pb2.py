@@ -23,25 +23,26 @@ _sym_db = _symbol_database.Default()
 
 
 from countersign.v1 import types_pb2 as countersign_dot_v1_dot_types__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%countersign/v1/proposal_service.proto\x12\x0e\x63ountersign.v1\x1a\x1a\x63ountersign/v1/types.proto\";\n\rSubmitRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.ProposalSpec\"f\n\x0eSubmitResponse\x12*\n\x08proposal\x18\x01 \x01(\x0b\x32\x18.countersign.v1.Proposal\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\x12\x12\n\nsuppressed\x18\x03 \x01(\x08\" \n\x12GetProposalRequest\x12\n\n\x02id\x18\x01 \x01(\t\"3\n\x15\x43\x61ncelProposalRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\"\n\x14\x41waitDecisionRequest\x12\n\n\x02id\x18\x01 \x01(\t2\xcb\x02\n\x0fProposalService\x12G\n\x06Submit\x12\x1d.countersign.v1.SubmitRequest\x1a\x1e.countersign.v1.SubmitResponse\x12K\n\x0bGetProposal\x12\".countersign.v1.GetProposalRequest\x1a\x18.countersign.v1.Proposal\x12Q\n\x0e\x43\x61ncelProposal\x12%.countersign.v1.CancelProposalRequest\x1a\x18.countersign.v1.Proposal\x12O\n\rAwaitDecision\x12$.countersign.v1.AwaitDecisionRequest\x1a\x18.countersign.v1.Proposalb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%countersign/v1/proposal_service.proto\x12\x0e\x63ountersign.v1\x1a\x1a\x63ountersign/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\"q\n\rSubmitRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.countersign.v1.ProposalSpec\x12\x34\n\x11wait_for_decision\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"f\n\x0eSubmitResponse\x12*\n\x08proposal\x18\x01 \x01(\x0b\x32\x18.countersign.v1.Proposal\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\x12\x12\n\nsuppressed\x18\x03 \x01(\x08\" \n\x12GetProposalRequest\x12\n\n\x02id\x18\x01 \x01(\t\"3\n\x15\x43\x61ncelProposalRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\"\n\x14\x41waitDecisionRequest\x12\n\n\x02id\x18\x01 \x01(\t2\xcb\x02\n\x0fProposalService\x12G\n\x06Submit\x12\x1d.countersign.v1.SubmitRequest\x1a\x1e.countersign.v1.SubmitResponse\x12K\n\x0bGetProposal\x12\".countersign.v1.GetProposalRequest\x1a\x18.countersign.v1.Proposal\x12Q\n\x0e\x43\x61ncelProposal\x12%.countersign.v1.CancelProposalRequest\x1a\x18.countersign.v1.Proposal\x12O\n\rAwaitDecision\x12$.countersign.v1.AwaitDecisionRequest\x1a\x18.countersign.v1.Proposalb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'countersign.v1.proposal_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBMITREQUEST']._serialized_start=85
-  _globals['_SUBMITREQUEST']._serialized_end=144
-  _globals['_SUBMITRESPONSE']._serialized_start=146
-  _globals['_SUBMITRESPONSE']._serialized_end=248
-  _globals['_GETPROPOSALREQUEST']._serialized_start=250
-  _globals['_GETPROPOSALREQUEST']._serialized_end=282
-  _globals['_CANCELPROPOSALREQUEST']._serialized_start=284
-  _globals['_CANCELPROPOSALREQUEST']._serialized_end=335
-  _globals['_AWAITDECISIONREQUEST']._serialized_start=337
-  _globals['_AWAITDECISIONREQUEST']._serialized_end=371
-  _globals['_PROPOSALSERVICE']._serialized_start=374
-  _globals['_PROPOSALSERVICE']._serialized_end=705
+  _globals['_SUBMITREQUEST']._serialized_start=117
+  _globals['_SUBMITREQUEST']._serialized_end=230
+  _globals['_SUBMITRESPONSE']._serialized_start=232
+  _globals['_SUBMITRESPONSE']._serialized_end=334
+  _globals['_GETPROPOSALREQUEST']._serialized_start=336
+  _globals['_GETPROPOSALREQUEST']._serialized_end=368
+  _globals['_CANCELPROPOSALREQUEST']._serialized_start=370
+  _globals['_CANCELPROPOSALREQUEST']._serialized_end=421
+  _globals['_AWAITDECISIONREQUEST']._serialized_start=423
+  _globals['_AWAITDECISIONREQUEST']._serialized_end=457
+  _globals['_PROPOSALSERVICE']._serialized_start=460
+  _globals['_PROPOSALSERVICE']._serialized_end=791
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,7 @@
+import datetime
+
 from countersign.v1 import types_pb2 as _types_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
@@ -7,10 +10,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "wait_for_decision")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_DECISION_FIELD_NUMBER: _ClassVar[int]
     spec: _types_pb2.ProposalSpec
-    def __init__(self, spec: _Optional[_Union[_types_pb2.ProposalSpec, _Mapping]] = ...) -> None: ...
+    wait_for_decision: _duration_pb2.Duration
+    def __init__(self, spec: _Optional[_Union[_types_pb2.ProposalSpec, _Mapping]] = ..., wait_for_decision: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("proposal", "deduplicated", "suppressed")

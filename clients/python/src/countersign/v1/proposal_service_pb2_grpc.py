@@ -64,6 +64,7 @@ class ProposalServiceServicer(object):
 
     def Submit(self, request, context):
         """Accepts a proposal for review. OK means it will reach exactly one terminal state.
+        With `wait_for_decision`, answers once it has (or once the wait ends).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -195,6 +195,8 @@ fn the_documented_flat_variable_names_keep_their_keys() {
         ("COUNTERSIGN_REDIS_URL", "redis.url"),
         ("COUNTERSIGN_REDIS_PREFIX", "redis.prefix"),
         ("COUNTERSIGN_METRICS_LISTEN", "metrics.listen"),
+        ("COUNTERSIGN_CONSOLE_LISTEN", "console.listen"),
+        ("COUNTERSIGN_CONSOLE_ENABLED", "console.enabled"),
         ("COUNTERSIGN_LOG_FORMAT", "log.format"),
         ("COUNTERSIGN_SHUTDOWN_GRACE", "shutdown.grace"),
         ("COUNTERSIGN_OUTBOX_POLL", "outbox.poll"),
