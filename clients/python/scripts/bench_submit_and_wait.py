@@ -176,6 +176,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three, interleaved (default %(default)s)")
     parser.add_argument("--via", default="submit-wait", help="the Rust bench's --via (default %(default)s)")
     args = parser.parse_args()
+    # The servers run in their data directories: a relative path would not name the binary there.
+    args.countersign, args.bench = args.countersign.resolve(), args.bench.resolve()
     for binary in (args.countersign, args.bench):
         if not binary.is_file():
             raise SystemExit(f"no binary at {binary}: cargo build --release -p countersign -p countersign-bench")

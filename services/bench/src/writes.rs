@@ -47,18 +47,29 @@ pub struct Snapshot {
     statements: Option<f64>,
 }
 
-/// PostgreSQL publishes a backend's counts once it has been idle up to a
-/// second; SQLite's sequencer appends to the audit log just after the
-/// decisions. A snapshot waits this long for both.
-const SETTLE: Duration = Duration::from_millis(1500);
+/// SQLite's sequencer appends to the audit log just after the decisions: an
+/// embedded snapshot waits this long for it.
+const SETTLE_EMBEDDED: Duration = Duration::from_millis(1500);
+
+/// A PostgreSQL backend publishes its counts when it goes idle, but no more
+/// than once a second: one that published less than a second before holds
+/// the rest until its idle timer fires, 10 s later (`PGSTAT_IDLE_INTERVAL`).
+/// Under load every pooled connection is in that case, so a snapshot waits
+/// out the timer, or the previous phase's last rows land in the window.
+const SETTLE_POSTGRES: Duration = Duration::from_millis(11_000);
 
 impl Snapshot {
     /// The counters now, once the writes before this call have settled.
     pub async fn take(server: &Server) -> anyhow::Result<Snapshot> {
-        tokio::time::sleep(SETTLE).await;
         match &server.production {
-            Some(production) => postgres(&production.owner_url).await,
-            None => embedded(server).await,
+            Some(production) => {
+                tokio::time::sleep(SETTLE_POSTGRES).await;
+                postgres(&production.owner_url).await
+            }
+            None => {
+                tokio::time::sleep(SETTLE_EMBEDDED).await;
+                embedded(server).await
+            }
         }
     }
 }

@@ -116,8 +116,8 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
     );
     // What each decision wrote, from PostgreSQL's own counts, and its CPU
     // beside pgbench's per transaction.
-    // (PostgreSQL publishes a backend's counts a second or so after it goes
-    // idle: a warm-up's last rows may fall inside the window.)
+    // (PostgreSQL publishes a backend's counts up to 10 s after it goes
+    // idle: the snapshots wait that out, so no warm-up row falls inside.)
     let writes = &report["writes_per_decision"];
     for figure in ["rows decisions insert", "rows proposals insert"] {
         let rows = writes[figure].as_f64().unwrap();
