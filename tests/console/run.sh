@@ -19,6 +19,8 @@ if [ ! -x "$COUNTERSIGN_BIN" ]; then
     echo "no countersign binary at $COUNTERSIGN_BIN: run \`cargo build -p countersign\` first (or set COUNTERSIGN_BIN)" >&2
     exit 1
 fi
+# The server starts in its own data directory: a relative path would not name the binary there.
+COUNTERSIGN_BIN="$(realpath "$COUNTERSIGN_BIN")"
 
 export COUNTERSIGN_CHROMIUM="${COUNTERSIGN_CHROMIUM:-/usr/bin/chromium}"
 if [ ! -x "$COUNTERSIGN_CHROMIUM" ]; then
