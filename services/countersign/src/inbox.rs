@@ -79,10 +79,13 @@ fn escalation_line(e: &v1::Escalation, now: i64) -> String {
         "BLAST_RADIUS_",
     );
     let approved = approvals(e);
+    let mut left = time_left(expires_at(e), now);
+    if left != "expiring" {
+        left.push_str(" left");
+    }
     let mut line = format!(
-        "{:<28} {:<12} left  {} on {} ({radius})  route {}  {} of {} approvals",
+        "{:<28} {left:<17}  {} on {} ({radius})  route {}  {} of {} approvals",
         proposal.id,
-        time_left(expires_at(e), now),
         spec.action,
         spec.target,
         e.route_id,
@@ -220,5 +223,33 @@ mod tests {
         assert_eq!(time_left(1, 0), "1s");
         assert_eq!(time_left(0, 0), "expiring");
         assert_eq!(time_left(5, 10), "expiring");
+    }
+
+    #[test]
+    fn a_line_says_how_long_is_left_beside_the_time_and_expiring_alone() {
+        let escalation = |expires_at: i64| v1::Escalation {
+            proposal: Some(v1::Proposal {
+                id: "01P".into(),
+                spec: Some(v1::ProposalSpec {
+                    action: "db_failover".into(),
+                    target: "db-02".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            route_id: "prod-db".into(),
+            approvals_required: 2,
+            expires_at: Some(prost_types::Timestamp {
+                seconds: expires_at / 1000,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        let open = escalation_line(&escalation(1_799_000), 0);
+        assert!(open.contains(" 29m 59s left "), "{open}");
+        let due = escalation_line(&escalation(1_000), 5_000);
+        assert!(due.contains(" expiring ") && !due.contains("left"), "{due}");
+        // The action starts in the same column on every line.
+        assert_eq!(open.find("db_failover"), due.find("db_failover"));
     }
 }
