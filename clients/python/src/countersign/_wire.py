@@ -109,31 +109,33 @@ def _object(struct: struct_pb2.Struct) -> Dict[str, Any]:
 
 def spec_from_wire(wire: types_pb2.ProposalSpec) -> Spec:
     return Spec(
-        action=wire.action,
-        target=wire.target,
-        blast_radius=_BLAST_RADIUS(wire.blast_radius),
-        reason=wire.reason,
-        cls=_CLASS(getattr(wire, "class")),
-        parameters=_object(wire.parameters),
-        operator=wire.operator,
-        context_summary=wire.context_summary,
-        incident_id=wire.incident_id,
-        labels=dict(wire.labels),
-        rollback_plan=wire.rollback_plan,
-        force_approve_no_sop=wire.force_approve_no_sop,
-        idempotency_key=wire.idempotency_key,
+        wire.action,
+        wire.target,
+        _BLAST_RADIUS(wire.blast_radius),
+        wire.reason,
+        _CLASS(getattr(wire, "class")),
+        _object(wire.parameters),
+        wire.operator,
+        wire.context_summary,
+        wire.incident_id,
+        dict(wire.labels),
+        wire.rollback_plan,
+        wire.force_approve_no_sop,
+        wire.idempotency_key,
     )
 
 
-def _millis(timestamp: Any) -> int:
-    return int(timestamp.seconds) * 1000 + int(timestamp.nanos) // 1_000_000
+_UTC = datetime.timezone.utc
+_from_timestamp = datetime.datetime.fromtimestamp
+
+
+def _at(timestamp: Any) -> datetime.datetime:
+    """A present Timestamp as an aware UTC datetime, to the millisecond."""
+    return _from_timestamp((timestamp.seconds * 1000 + timestamp.nanos // 1_000_000) / 1000, tz=_UTC)
 
 
 def _time(message: Any, field: str) -> Optional[datetime.datetime]:
-    if not message.HasField(field):
-        return None
-    ms = _millis(getattr(message, field))
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return _at(getattr(message, field)) if message.HasField(field) else None
 
 
 def _signature(text: str) -> bytes:
@@ -149,53 +151,57 @@ def _receipt(decision: types_pb2.Decision) -> Optional[Receipt]:
         return None
     wire = decision.receipt
     return Receipt(
-        tenant=wire.tenant,
-        proposal_id=wire.proposal_id,
-        spec_digest=wire.spec_digest,
-        outcome=wire.outcome,
-        decided_at_ms=wire.decided_at,
-        expires_at_ms=wire.expires_at,
-        signature=_signature(wire.signature),
+        wire.tenant,
+        wire.proposal_id,
+        wire.spec_digest,
+        wire.outcome,
+        wire.decided_at,
+        wire.expires_at,
+        _signature(wire.signature),
     )
 
 
+def _vote(wire: types_pb2.Vote) -> Vote:
+    return Vote(wire.person, wire.key_id, _VERDICT(wire.verdict), wire.comment, _time(wire, "at"))
+
+
 def decision_from_wire(wire: types_pb2.Decision) -> Decision:
+    # Positional arguments in the order of Decision's fields (keywords cost
+    # a lookup each, and this runs once per answer).
     return Decision(
-        outcome=_OUTCOME(wire.outcome),
-        reason=wire.reason,
-        agent_message=wire.agent_message,
-        sop_id=wire.sop_id,
-        sop_version=wire.sop_version,
-        rollback_path=wire.rollback_path,
-        gates=tuple(GateResult(g.gate, g.passed, g.detail) for g in wire.gates),
-        missing_gates=tuple(wire.missing_gates),
-        reviewer=wire.reviewer,
-        decided_at=_time(wire, "decided_at"),
-        summary=wire.summary,
-        sequence=wire.sequence,
-        digest=wire.digest,
-        route_id=wire.route_id,
-        votes=tuple(
-            Vote(v.person, v.key_id, _VERDICT(v.verdict), v.comment, _time(v, "at"))
-            for v in wire.votes
-        ),
-        receipt=_receipt(wire),
+        _OUTCOME(wire.outcome),
+        wire.reason,
+        wire.agent_message,
+        wire.sop_id,
+        wire.sop_version,
+        wire.rollback_path,
+        tuple([GateResult(g.gate, g.passed, g.detail) for g in wire.gates]),
+        tuple(wire.missing_gates),
+        wire.reviewer,
+        _time(wire, "decided_at"),
+        wire.summary,
+        wire.sequence,
+        wire.digest,
+        wire.route_id,
+        tuple([_vote(v) for v in wire.votes]),
+        _receipt(wire),
     )
 
 
 def proposal_from_wire(wire: types_pb2.Proposal) -> Proposal:
+    has = wire.HasField
     return Proposal(
-        id=wire.id,
-        tenant=wire.tenant,
-        spec=spec_from_wire(wire.spec),
-        state=_STATE(wire.state),
-        submitted_by=wire.submitted_by,
-        submitted_by_person=wire.submitted_by_person,
-        created_at=_time(wire, "created_at"),
-        updated_at=_time(wire, "updated_at"),
-        decision=decision_from_wire(wire.decision) if wire.HasField("decision") else None,
-        suppressed_retries=wire.suppressed_retries,
-        cancel_reason=wire.cancel_reason,
+        wire.id,
+        wire.tenant,
+        spec_from_wire(wire.spec),
+        _STATE(wire.state),
+        wire.submitted_by,
+        wire.submitted_by_person,
+        _at(wire.created_at) if has("created_at") else None,
+        _at(wire.updated_at) if has("updated_at") else None,
+        decision_from_wire(wire.decision) if has("decision") else None,
+        wire.suppressed_retries,
+        wire.cancel_reason,
     )
 
 
