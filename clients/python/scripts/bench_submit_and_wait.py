@@ -11,9 +11,12 @@ started for it on a fresh data directory, after a warm-up that is not counted. F
 --reject-ratio 0 --via submit-wait` ("submit → decision": one Submit that waits for its
 decision, as `submit_and_wait` makes it), then 32 Python threads sharing one
 `countersign.Client` (as an application shares it), then 32 asyncio tasks
-sharing one `countersign.AsyncClient`; `--rounds` times, interleaved. It prints
+sharing one `countersign.AsyncClient`, then the floor: 32 threads sharing one
+bare grpcio channel, each calling the health check (empty request and answer,
+no countersign code, nothing decided); `--rounds` times, interleaved. It prints
 the median round's p50s and their difference to Rust's (the goal: the Python
-client adds at most 1 ms at p50).
+client adds at most 1 ms at p50), and the client CPU per call, the floor's
+being what grpcio alone costs per unary call.
 
 Run it from the venv of run-tests.sh (or any with grpcio and protobuf), with
 release binaries (`cargo build --release -p countersign -p countersign-bench`).
@@ -139,6 +142,38 @@ def run_tasks(endpoint: str, key: str, numbers: Iterator[int], pool: int, client
     return latencies
 
 
+def run_health_checks(endpoint: str, key: str, numbers: Iterator[int], pool: int, clients: int, warmup: int) -> List[float]:
+    """The floor: `clients` threads sharing one grpcio channel (the client's
+    options), each calling the health check in a closed loop."""
+    import grpc
+
+    from countersign import _core
+
+    latencies: List[float] = []
+    lock = threading.Lock()
+    metadata = _core.metadata(key)
+
+    def client_loop(check: Callable) -> None:
+        for n in numbers:
+            started = time.perf_counter()
+            check(b"", timeout=60, metadata=metadata)
+            elapsed = (time.perf_counter() - started) * 1000
+            if n >= warmup:
+                with lock:
+                    latencies.append(elapsed)
+
+    target = _core.parse_endpoint(endpoint).target
+    with grpc.insecure_channel(target, options=_core.channel_options()) as channel:
+        # No serializers: the empty request goes as its zero bytes, the answer comes back as bytes.
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        threads = [threading.Thread(target=client_loop, args=(check,)) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return latencies
+
+
 def python_figure(server_binary: Path, proposals: int, clients: int, warmup: int, driver: Callable) -> dict:
     os.environ["COUNTERSIGN_BIN"] = str(server_binary)
     from support import Server  # the tests' launcher: serve on a free port, fresh data
@@ -173,7 +208,7 @@ def main() -> None:
     parser.add_argument("--proposals", type=int, default=5000, help="measured per client and round (default %(default)s)")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three, interleaved (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of them all, interleaved (default %(default)s)")
     parser.add_argument("--via", default="submit-wait", help="the Rust bench's --via (default %(default)s)")
     args = parser.parse_args()
     # The servers run in their data directories: a relative path would not name the binary there.
@@ -181,24 +216,30 @@ def main() -> None:
     for binary in (args.countersign, args.bench):
         if not binary.is_file():
             raise SystemExit(f"no binary at {binary}: cargo build --release -p countersign -p countersign-bench")
-    rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", "Python Client, threads", "Python AsyncClient")}
+    floor = "grpcio health check (floor)"
+    drivers = (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks), (floor, run_health_checks))
+    rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", *(name for name, _ in drivers))}
     for _ in range(args.rounds):
-        # Interleaved, so that a machine busier in one stretch weighs on all three.
+        # Interleaved, so that a machine busier in one stretch weighs on all of them.
         rust = rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup, args.via)
         rounds["Rust bench client"].append(rust)
-        for name, driver in (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks)):
+        for name, driver in drivers:
             rounds[name].append(python_figure(args.countersign, args.proposals, args.clients, args.warmup, driver))
     print(f"submit_and_wait on approved proposals: {args.clients} clients, embedded server, Rust --via {args.via}, "
           f"{args.proposals} measured, {args.rounds} rounds (each figure: the median round's)")
     print(f"{'':26}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p50 - Rust':>12}   p50 by round")
     rust = statistics.median(f["p50_ms"] for f in rounds["Rust bench client"])
     for name, figures in rounds.items():
+        if name == floor:
+            continue
         p50, p90, p99 = (statistics.median(f[q] for f in figures) for q in ("p50_ms", "p90_ms", "p99_ms"))
         by_round = " ".join(f"{f['p50_ms']:.1f}" for f in figures)
         print(f"{name:26}{p50:>10.3f}{p90:>10.3f}{p99:>10.3f}{p50 - rust:>+12.3f}   {by_round}")
-    for name in ("Python Client, threads", "Python AsyncClient"):
+    for name, _ in drivers:
         cpu = statistics.median(f["client_cpu_us_per_call"] for f in rounds[name])
         print(f"{name}: {cpu:.0f} µs of client CPU per call")
+    p50, p90 = (statistics.median(f[q] for f in rounds[floor]) for q in ("p50_ms", "p90_ms"))
+    print(f"{floor}: p50 {p50:.3f} ms, p90 {p90:.3f} ms (a health check decides nothing: only its CPU compares)")
     print("goal: the Python client adds at most 1 ms at p50")
     print(json.dumps(rounds))
 
