@@ -205,6 +205,10 @@ pub struct ModelArgs {
     /// Give up on one decision after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub decision_timeout: Duration,
+    /// How the model tenant's clients learn their decisions (as
+    /// `submit-decide --via`); the default is the one call the SDKs make.
+    #[arg(long, value_enum, default_value_t = Via::SubmitWait)]
+    pub via: Via,
 }
 
 #[derive(Debug, Clone, Args)]

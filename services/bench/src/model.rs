@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::{
-    BenchArgs, LoadArgs, ModelArgs, Via,
+    BenchArgs, LoadArgs, ModelArgs,
     report::{Machine, Percentiles, Report},
     scenario::{
         MAX_TARGETS, Tally, backend_name, channel, drive, now_rfc3339, seed, trickle, usage_between,
@@ -117,7 +117,7 @@ async fn model_on(
         rate: None,
         reject_ratio: 0.0,
         decision_timeout: model.decision_timeout,
-        via: Via::Await,
+        via: model.via,
         growth: None,
         warmup: 0,
     };
@@ -208,7 +208,7 @@ async fn model_on(
             "model_latency_ms": delay.as_millis() as u64,
             "model_concurrency": model.model_concurrency,
             "trickle_rate": model.trickle_rate, "reviewers": args.reviewers,
-            "backend": backend,
+            "backend": backend, "via": model.via,
         }),
         duration_s: wall.as_secs_f64(),
         throughput_per_s: throughput,
