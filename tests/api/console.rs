@@ -229,6 +229,26 @@ async fn a_sign_in_sets_a_cookie_of_a_random_token_and_sign_out_ends_the_session
 }
 
 #[tokio::test]
+async fn a_session_ends_when_its_lifetime_is_over() {
+    let lifetime = Duration::from_secs(1);
+    let app = TestApp::spawn_with(|c| {
+        c.console.as_mut().expect("the console is on").session_ttl = lifetime;
+    })
+    .await;
+    let console = Console::of(&app);
+    let answer = console.sign_in(&app.key("acme", Role::Oncall).await).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // The cookie lives no longer than the session (Max-Age in whole seconds).
+    let cookie = answer.header("set-cookie").unwrap().to_owned();
+    assert!(cookie.contains("; Max-Age=1;"), "{cookie}");
+    let session = format!("countersign_session={}", answer.session_cookie());
+    assert_eq!(console.get("/api/me", &session).await.status, 200);
+    tokio::time::sleep(lifetime + Duration::from_millis(300)).await;
+    assert_eq!(console.get("/api/me", &session).await.status, 401);
+    assert_eq!(console.get("/api/escalations", &session).await.status, 401);
+}
+
+#[tokio::test]
 async fn a_revoked_key_ends_its_sessions() {
     let app = TestApp::spawn_with(|api| api.credential_cache_ttl = Duration::ZERO).await;
     let console = Console::of(&app);
