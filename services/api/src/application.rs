@@ -210,7 +210,7 @@ impl Application {
         ));
         let layers = ServiceBuilder::new()
             .layer(TraceLayer)
-            .layer(MetricsLayer)
+            .layer(MetricsLayer::default())
             .layer(AuthLayer::new(
                 directory.clone(),
                 self.config.refused_credentials,

@@ -23,48 +23,115 @@ use crate::{
 /// every replica and release that hashes the same [`GateSpec`] (a shared
 /// cache keys on it): JSON of the tenant, of the gates' view (its fields in
 /// declaration order) and of the parameters (keys sorted), each followed by
-/// a unit separator.
+/// a unit separator. The JSON is written straight into the hash: a retry's
+/// fingerprint allocates nothing but the gates' view and the hex.
 pub fn fingerprint(tenant: &str, spec: &ProposalSpec) -> String {
-    let mut text = serde_json::to_string(tenant).expect("a string serializes");
-    text.push('\u{1f}');
-    text.push_str(&serde_json::to_string(&GateSpec::from(spec)).expect("a gate spec serializes"));
-    text.push('\u{1f}');
-    canonical_object(&spec.parameters, &mut text);
-    text.push('\u{1f}');
-    hex::encode(Sha256::digest(text.as_bytes()))
+    let mut hash = Hashing::new();
+    serde_json::to_writer(&mut hash, tenant).expect("a string serializes");
+    hash.put(UNIT_SEPARATOR);
+    serde_json::to_writer(&mut hash, &GateSpec::from(spec)).expect("a gate spec serializes");
+    hash.put(UNIT_SEPARATOR);
+    canonical_object(&spec.parameters, &mut hash);
+    hash.put(UNIT_SEPARATOR);
+    hash.finish_hex()
 }
 
-/// An object as JSON with every object's keys sorted, whatever the map's own order.
-fn canonical_object(map: &serde_json::Map<String, serde_json::Value>, out: &mut String) {
-    let mut keys: Vec<&String> = map.keys().collect();
-    keys.sort();
-    out.push('{');
-    for (i, key) in keys.into_iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+/// U+001F, which ends each part of a fingerprint's text.
+const UNIT_SEPARATOR: &[u8] = b"\x1f";
+
+/// A SHA-256 that JSON is written into, through a buffer on the stack: the
+/// serializer's many small writes reach the hash as a few long ones.
+struct Hashing {
+    sha: Sha256,
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Hashing {
+    fn new() -> Self {
+        Hashing {
+            sha: Sha256::new(),
+            buf: [0; 512],
+            len: 0,
         }
-        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
-        out.push(':');
-        canonical(&map[key], out);
     }
-    out.push('}');
+
+    fn put(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() > self.buf.len() {
+            self.sha.update(&self.buf[..self.len]);
+            self.len = 0;
+            if bytes.len() > self.buf.len() {
+                self.sha.update(bytes);
+                return;
+            }
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// The digest in lowercase hex.
+    fn finish_hex(mut self) -> String {
+        self.sha.update(&self.buf[..self.len]);
+        let mut hex = [0u8; 64];
+        hex::encode_to_slice(self.sha.finalize(), &mut hex).expect("64 digits for 32 bytes");
+        String::from_utf8(hex.to_vec()).expect("hex digits are ASCII")
+    }
+}
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.put(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An object as JSON with every object's keys sorted, whatever the map's own
+/// order (a map that iterates in key order already is written as it stands).
+fn canonical_object(map: &serde_json::Map<String, serde_json::Value>, out: &mut Hashing) {
+    if map.keys().is_sorted() {
+        canonical_entries(map.iter(), out);
+    } else {
+        let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+        entries.sort_by_key(|&(key, _)| key);
+        canonical_entries(entries.into_iter(), out);
+    }
+}
+
+fn canonical_entries<'a>(
+    entries: impl Iterator<Item = (&'a String, &'a serde_json::Value)>,
+    out: &mut Hashing,
+) {
+    out.put(b"{");
+    for (i, (key, value)) in entries.enumerate() {
+        if i > 0 {
+            out.put(b",");
+        }
+        serde_json::to_writer(&mut *out, key).expect("a string serializes");
+        out.put(b":");
+        canonical(value, out);
+    }
+    out.put(b"}");
 }
 
 /// JSON with every object's keys sorted, whatever the map's own order.
-fn canonical(value: &serde_json::Value, out: &mut String) {
+fn canonical(value: &serde_json::Value, out: &mut Hashing) {
     match value {
         serde_json::Value::Object(map) => canonical_object(map, out),
         serde_json::Value::Array(items) => {
-            out.push('[');
+            out.put(b"[");
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.put(b",");
                 }
                 canonical(item, out);
             }
-            out.push(']');
+            out.put(b"]");
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serializes"),
     }
 }
 

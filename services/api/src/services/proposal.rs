@@ -62,14 +62,12 @@ impl ProposalApi {
     }
 }
 
-/// The answer to an identical retry of a cached rejection.
-fn suppressed(entry: &Entry, retry: ProposalSpec, caller: &Caller) -> Response<SubmitResponse> {
+/// The answer to an identical retry of a cached rejection, as the caller
+/// may see it (an agent, the terse decision).
+fn suppressed(entry: &Entry, retry: &ProposalSpec, caller: &Caller) -> Response<SubmitResponse> {
     tracing::debug!(earlier = %entry.proposal.id, "identical retry suppressed");
     Response::new(SubmitResponse {
-        proposal: Some(proposal_to_proto(
-            &entry.answer(retry),
-            caller.principal.agent,
-        )),
+        proposal: Some(entry.answer(retry, caller.principal.agent)),
         deduplicated: false,
         suppressed: true,
     })
@@ -224,14 +222,15 @@ impl ProposalService for ProposalApi {
         let wait = Wait::asked(wait_for_decision.as_ref(), deadline)?;
         validate_spec(&spec).or_status()?;
         let tenant = &caller.tenant;
+        // The awaits past the in-process cache are boxed, here and below:
+        // their state, held in this future, would be carried (and moved) by
+        // every call, the ones the cache answers at once too.
         let refusal = match self
             .suppression
             .check(&tenant.name, &tenant.policy, &spec, now_ms())
         {
             Some(refusal) => Some(refusal),
-            None => self
-                .suppression
-                .check_shared(&tenant.name, &spec, now_ms())
+            None => Box::pin(self.suppression.check_shared(&tenant.name, &spec, now_ms()))
                 .await
                 .map(Refusal::Suppressed),
         };
@@ -245,7 +244,7 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                let view = self.shown(&caller, &earlier, wait).await?;
+                let view = Box::pin(self.shown(&caller, &earlier, wait)).await?;
                 return Ok(deduplicated(view));
             }
             match refusal {
@@ -263,7 +262,7 @@ impl ProposalService for ProposalApi {
                 }
                 Refusal::Suppressed(entry) => {
                     self.suppression.count_retry(&tenant.name, &entry);
-                    return Ok(suppressed(&entry, spec, &caller));
+                    return Ok(suppressed(&entry, &spec, &caller));
                 }
             }
         }
@@ -285,7 +284,7 @@ impl ProposalService for ProposalApi {
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         // A deduplicated one may be waiting for people.
-        let view = self.shown(&caller, proposal, wait).await?;
+        let view = Box::pin(self.shown(&caller, proposal, wait)).await?;
         Ok(Response::new(SubmitResponse {
             proposal: Some(view),
             deduplicated,

@@ -77,15 +77,53 @@ pub struct Suppression {
     config: SuppressionConfig,
     tier: Box<dyn SuppressionTier>,
     /// When each scope last changed, per tenant.
-    changes: Mutex<HashMap<(String, Scope), Millis>>,
-    /// Retries answered since the last flush, per tenant and earlier proposal
-    /// (two levels, so that counting one more allocates nothing).
-    retries: Mutex<HashMap<String, HashMap<String, u64>>>,
-    breakers: Mutex<HashMap<(String, String), Breaker>>,
+    changes: Mutex<HashMap<String, Changes>>,
+    retries: Mutex<Retries>,
+    /// Each operator's breaker, per tenant (two levels, so that a lookup
+    /// borrows the names it is given).
+    breakers: Mutex<HashMap<String, HashMap<String, Breaker>>>,
     /// The policy each tenant had at its last submission.
     policies: Mutex<HashMap<String, TenantPolicy>>,
     /// The tier other replicas share, and how they hear of changes.
     peers: Option<Arc<dyn Peers>>,
+}
+
+/// When each scope of one tenant last changed, each kind by name, so that
+/// a lookup borrows the spec's.
+#[derive(Debug, Default)]
+struct Changes {
+    actions: HashMap<String, Millis>,
+    targets: HashMap<String, Millis>,
+    policy: Option<Millis>,
+}
+
+impl Changes {
+    fn record(&mut self, scope: Scope, at: Millis) {
+        let last = match scope {
+            Scope::Action(action) => self.actions.entry(action).or_insert(at),
+            Scope::Target(target) => self.targets.entry(target).or_insert(at),
+            Scope::Policy => self.policy.get_or_insert(at),
+        };
+        *last = (*last).max(at);
+    }
+
+    /// Whether a scope a rejection of `spec` rests on ([`Scope::of`]) changed
+    /// at or after `since`.
+    fn any_since(&self, spec: &ProposalSpec, since: Millis) -> bool {
+        let after = |at: Option<&Millis>| at.is_some_and(|&at| at >= since);
+        after(self.actions.get(spec.action.as_str()))
+            || after(self.targets.get(spec.target.as_str()))
+            || after(self.policy.as_ref())
+    }
+}
+
+/// Retries answered since the last flush, per tenant and earlier proposal
+/// (two levels, so that counting one more allocates nothing), and each
+/// tenant's `countersign_suppressed_total`, registered once.
+#[derive(Default)]
+struct Retries {
+    counts: HashMap<String, HashMap<String, u64>>,
+    counters: HashMap<String, metrics::Counter>,
 }
 
 fn add_retries(
@@ -142,10 +180,16 @@ impl Suppression {
         spec: &ProposalSpec,
         now: Millis,
     ) -> Option<Refusal> {
-        let breaker_key = (tenant.to_owned(), spec.operator.clone());
-        if let Some(breaker) = self.breakers.lock().expect("breakers").get(&breaker_key)
-            && breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
-        {
+        let open = self
+            .breakers
+            .lock()
+            .expect("breakers")
+            .get(tenant)
+            .and_then(|operators| operators.get(spec.operator.as_str()))
+            .is_some_and(|breaker| {
+                breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
+            });
+        if open {
             return Some(Refusal::BreakerOpen {
                 window: Duration::from_millis(policy.breaker_window_ms.max(0) as u64),
             });
@@ -203,14 +247,15 @@ impl Suppression {
 
     /// Counts a retry answered with `entry`.
     pub fn count_retry(&self, tenant: &str, entry: &Entry) {
-        add_retries(
-            &mut self.retries.lock().expect("retries"),
-            tenant,
-            &entry.proposal.id,
-            1,
-        );
-        metrics::counter!("countersign_suppressed_total", "tenant" => tenant.to_owned())
-            .increment(1);
+        let mut retries = self.retries.lock().expect("retries");
+        add_retries(&mut retries.counts, tenant, &entry.proposal.id, 1);
+        let counter = match retries.counters.get(tenant) {
+            Some(counter) => counter,
+            None => retries.counters.entry(tenant.to_owned()).or_insert_with(
+                || metrics::counter!("countersign_suppressed_total", "tenant" => tenant.to_owned()),
+            ),
+        };
+        counter.increment(1);
     }
 
     /// Learns from one published event: rejections feed the cache and the
@@ -229,12 +274,9 @@ impl Suppression {
         let Some(decision) = &proposal.decision else {
             return;
         };
-        self.breakers
-            .lock()
-            .expect("breakers")
-            .entry((proposal.tenant.clone(), proposal.spec.operator.clone()))
-            .or_default()
-            .record_rejection(decision.decided_at, millis(MAX_BREAKER_WINDOW));
+        self.breaker(&proposal.tenant, &proposal.spec.operator, |breaker| {
+            breaker.record_rejection(decision.decided_at, millis(MAX_BREAKER_WINDOW));
+        });
         if !suppresses_retries(decision) {
             return;
         }
@@ -293,8 +335,13 @@ impl Suppression {
     /// A change to `scope`, in this process only (another replica made it).
     pub fn invalidate_local(&self, tenant: &str, scope: Scope, now: Millis) {
         let mut changes = self.changes.lock().expect("changes");
-        let at = changes.entry((tenant.to_owned(), scope)).or_insert(now);
-        *at = (*at).max(now);
+        match changes.get_mut(tenant) {
+            Some(of_tenant) => of_tenant.record(scope, now),
+            None => changes
+                .entry(tenant.to_owned())
+                .or_default()
+                .record(scope, now),
+        }
     }
 
     /// Empties the in-process tier (changes may have been missed).
@@ -321,7 +368,7 @@ impl Suppression {
 
     /// Counted retries since the last call.
     pub fn take_retries(&self) -> Vec<(ReviewKey, u64)> {
-        std::mem::take(&mut *self.retries.lock().expect("retries"))
+        std::mem::take(&mut self.retries.lock().expect("retries").counts)
             .into_iter()
             .flat_map(|(tenant, ids)| {
                 ids.into_iter().map(move |(id, n)| {
@@ -336,7 +383,7 @@ impl Suppression {
     pub fn restore_retries(&self, counts: Vec<(ReviewKey, u64)>) {
         let mut retries = self.retries.lock().expect("retries");
         for (key, n) in counts {
-            add_retries(&mut retries, &key.tenant, &key.id, n);
+            add_retries(&mut retries.counts, &key.tenant, &key.id, n);
         }
     }
 
@@ -347,41 +394,44 @@ impl Suppression {
             .breakers
             .lock()
             .expect("breakers")
-            .iter()
-            .filter(|((of, _), breaker)| {
-                of == tenant
-                    && breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
+            .get(tenant)
+            .into_iter()
+            .flatten()
+            .filter(|(_, breaker)| {
+                breaker.is_open(now, policy.breaker_threshold, policy.breaker_window_ms)
             })
-            .map(|((_, operator), _)| operator.clone())
+            .map(|(operator, _)| operator.clone())
             .collect();
         open.sort();
         open
     }
 
     pub fn apply_reset(&self, reset: &BreakerReset) {
-        self.breakers
-            .lock()
-            .expect("breakers")
-            .entry((reset.tenant.clone(), reset.operator.clone()))
-            .or_default()
-            .reset(reset.reset_at);
+        self.breaker(&reset.tenant, &reset.operator, |breaker| {
+            breaker.reset(reset.reset_at);
+        });
     }
 
     pub fn remember_rejection(&self, rejection: &RecentRejection) {
-        self.breakers
-            .lock()
-            .expect("breakers")
-            .entry((rejection.tenant.clone(), rejection.operator.clone()))
-            .or_default()
-            .record_rejection(rejection.decided_at, millis(MAX_BREAKER_WINDOW));
+        self.breaker(&rejection.tenant, &rejection.operator, |breaker| {
+            breaker.record_rejection(rejection.decided_at, millis(MAX_BREAKER_WINDOW));
+        });
+    }
+
+    /// Applies `change` to the breaker of `operator` in `tenant`, made if new.
+    fn breaker(&self, tenant: &str, operator: &str, change: impl FnOnce(&mut Breaker)) {
+        let mut breakers = self.breakers.lock().expect("breakers");
+        let operators = breakers.entry(tenant.to_owned()).or_default();
+        change(operators.entry(operator.to_owned()).or_default());
     }
 
     /// Drops breakers with nothing left in their window.
     pub fn forget_idle(&self, now: Millis) {
-        self.breakers
-            .lock()
-            .expect("breakers")
-            .retain(|_, b| !b.is_idle(now, millis(MAX_BREAKER_WINDOW)));
+        let mut breakers = self.breakers.lock().expect("breakers");
+        for operators in breakers.values_mut() {
+            operators.retain(|_, b| !b.is_idle(now, millis(MAX_BREAKER_WINDOW)));
+        }
+        breakers.retain(|_, operators| !operators.is_empty());
     }
 
     pub fn cached(&self) -> u64 {
@@ -389,12 +439,11 @@ impl Suppression {
     }
 
     fn changed_since(&self, tenant: &str, proposal: &Proposal, since: Millis) -> bool {
-        let changes = self.changes.lock().expect("changes");
-        Scope::of(&proposal.spec).into_iter().any(|scope| {
-            changes
-                .get(&(tenant.to_owned(), scope))
-                .is_some_and(|&at| at >= since)
-        })
+        self.changes
+            .lock()
+            .expect("changes")
+            .get(tenant)
+            .is_some_and(|changes| changes.any_since(&proposal.spec, since))
     }
 }
 

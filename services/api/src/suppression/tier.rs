@@ -5,7 +5,12 @@
 use std::{sync::Arc, time::Duration};
 
 use countersign_domain::{Millis, Proposal, ProposalSpec};
+use countersign_proto::{
+    convert::{json_to_struct, proposal_to_proto},
+    v1,
+};
 use moka::sync::Cache;
+use prost::Message;
 
 /// What an entry holds besides its strings: the structs, the map's node, the
 /// allocations' headers (a rough figure; the strings dominate).
@@ -27,6 +32,13 @@ pub struct Entry {
     pub review_started: Millis,
     /// About how many bytes it holds in memory: its weight in the LRU.
     pub bytes: usize,
+    /// `proposal` on the wire as a person sees it, converted once: an answer
+    /// is a copy with the retry's parameters.
+    shown: v1::Proposal,
+    /// Its decision as an agent sees it
+    /// ([`countersign_domain::Decision::for_agent`]), in an agent's answer
+    /// in place of `shown`'s.
+    shown_to_agent: Option<v1::Decision>,
 }
 
 impl Entry {
@@ -77,7 +89,11 @@ impl Entry {
         expires_at: Millis,
         review_started: Millis,
     ) -> Entry {
+        let shown = proposal_to_proto(&proposal, false);
+        let shown_to_agent = proposal_to_proto(&proposal, true).decision;
         let bytes = serde_json::to_vec(&proposal).map_or(0, |json| json.len())
+            + shown.encoded_len()
+            + shown_to_agent.as_ref().map_or(0, Message::encoded_len)
             + fingerprint.len()
             + ENTRY_OVERHEAD;
         Entry {
@@ -86,16 +102,52 @@ impl Entry {
             expires_at,
             review_started,
             bytes,
+            shown,
+            shown_to_agent,
         }
     }
 
-    /// The answer to `retry`, a call with this entry's fingerprint: the
-    /// earlier proposal, with the retry's parameters (the same, or the
-    /// fingerprints would differ).
-    pub fn answer(&self, retry: ProposalSpec) -> Proposal {
-        let mut proposal = Proposal::clone(&self.proposal);
-        proposal.spec.parameters = retry.parameters;
-        proposal
+    /// The answer to `retry`, a call with this entry's fingerprint, on the
+    /// wire as an agent (`agent`) or a person sees it: the earlier proposal,
+    /// with the retry's parameters (the same, or the fingerprints would
+    /// differ).
+    pub fn answer(&self, retry: &ProposalSpec, agent: bool) -> v1::Proposal {
+        // Every field named: a field added to proposals is answered here too.
+        let v1::Proposal {
+            id,
+            tenant,
+            spec,
+            state,
+            submitted_by,
+            created_at,
+            updated_at,
+            decision,
+            suppressed_retries,
+            cancel_reason,
+            submitted_by_person,
+        } = &self.shown;
+        let spec = spec.as_ref().map(|spec| v1::ProposalSpec {
+            parameters: Some(json_to_struct(&retry.parameters)),
+            ..spec.clone()
+        });
+        let decision = if agent {
+            &self.shown_to_agent
+        } else {
+            decision
+        };
+        v1::Proposal {
+            id: id.clone(),
+            tenant: tenant.clone(),
+            spec,
+            state: *state,
+            submitted_by: submitted_by.clone(),
+            created_at: *created_at,
+            updated_at: *updated_at,
+            decision: decision.clone(),
+            suppressed_retries: *suppressed_retries,
+            cancel_reason: cancel_reason.clone(),
+            submitted_by_person: submitted_by_person.clone(),
+        }
     }
 }
 

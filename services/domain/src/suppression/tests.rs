@@ -333,3 +333,89 @@ fn a_reset_closes_the_breaker_and_forgets_what_came_before() {
     assert!(!b.is_open(5, 3, window));
     assert!(!Breaker::default().is_open(0, 0, window), "0 turns it off");
 }
+
+/// The fingerprint's text built whole, then hashed: the format as its doc
+/// spells it out, which the streamed hash must equal byte for byte.
+fn fingerprint_of_text(tenant: &str, spec: &ProposalSpec) -> String {
+    fn object(map: &serde_json::Map<String, serde_json::Value>, out: &mut String) {
+        let mut keys: Vec<&String> = map.keys().collect();
+        keys.sort();
+        out.push('{');
+        for (i, key) in keys.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&serde_json::to_string(key).unwrap());
+            out.push(':');
+            value(&map[key], out);
+        }
+        out.push('}');
+    }
+    fn value(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::Object(map) => object(map, out),
+            serde_json::Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    value(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut text = serde_json::to_string(tenant).unwrap();
+    text.push('\u{1f}');
+    text.push_str(&serde_json::to_string(&GateSpec::from(spec)).unwrap());
+    text.push('\u{1f}');
+    object(&spec.parameters, &mut text);
+    text.push('\u{1f}');
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// A parameter value: scalars of every kind, and objects and arrays of them.
+fn parameter() -> impl Strategy<Value = serde_json::Value> {
+    let scalar = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        (-1e12f64..1e12).prop_map(serde_json::Value::from),
+        ".{0,8}".prop_map(serde_json::Value::from),
+    ];
+    scalar.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            proptest::collection::vec((".{0,6}", inner), 0..4)
+                .prop_map(|entries| serde_json::Value::Object(entries.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn the_streamed_hash_is_the_hash_of_the_whole_text(
+        tenant in ".{0,12}",
+        action in ".{0,12}",
+        target in ".{0,12}",
+        plan in ".{0,12}",
+        entries in proptest::collection::vec((".{0,6}", parameter()), 0..6),
+        // Long text: writes past the hash's buffer, and longer than it.
+        blob in proptest::option::of(".{0,700}"),
+    ) {
+        let mut spec = spec();
+        spec.action = action;
+        spec.target = target;
+        spec.rollback_plan = plan;
+        let mut entries = entries;
+        entries.extend(blob.map(|blob| ("blob".to_owned(), serde_json::Value::from(blob))));
+        // Inserted in the order drawn and in reverse: whatever order the map
+        // keeps, the text sorts its keys.
+        for order in [entries.clone(), entries.into_iter().rev().collect()] {
+            spec.parameters = order.into_iter().collect();
+            prop_assert_eq!(fingerprint(&tenant, &spec), fingerprint_of_text(&tenant, &spec));
+        }
+    }
+}

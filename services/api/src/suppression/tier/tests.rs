@@ -79,14 +79,36 @@ fn an_entry_keeps_what_an_answer_needs_and_not_the_bulk_of_the_spec() {
     );
     let full_bytes = serde_json::to_vec(&full).unwrap().len();
     assert!(full_bytes > 80 * 1024, "{full_bytes}");
-    assert!(kept.bytes < 8 * 1024, "{} bytes kept", kept.bytes);
+    // What is kept, twice (as it is, and on the wire), and none of the bulk.
+    assert!(kept.bytes < 16 * 1024, "{} bytes kept", kept.bytes);
 
     // The answer to a retry (the same parameters, or another fingerprint)
-    // is the earlier proposal with them.
-    let answer = kept.answer(full.spec.clone());
-    assert_eq!(answer.spec.parameters, full.spec.parameters);
-    assert_eq!(answer.spec.reason, full.spec.reason);
-    assert_eq!(answer.decision, full.decision);
+    // is the earlier proposal with them, on the wire as the caller sees it:
+    // what converting the kept proposal with them gives.
+    let mut expected = Proposal::clone(&kept.proposal);
+    expected.spec.parameters = full.spec.parameters.clone();
+    for agent in [false, true] {
+        assert_eq!(
+            kept.answer(&full.spec, agent),
+            proposal_to_proto(&expected, agent),
+            "agent: {agent}"
+        );
+    }
+    let shown = kept.answer(&full.spec, false);
+    let spec = shown.spec.unwrap();
+    assert_eq!(spec.parameters, Some(json_to_struct(&full.spec.parameters)));
+    assert_eq!(spec.reason, full.spec.reason);
+    assert_eq!(
+        shown.decision.unwrap().reason,
+        "target_state: target node-99 is unknown"
+    );
+    // An agent sees the terse decision: no reason, no gates.
+    let terse = kept.answer(&full.spec, true).decision.unwrap();
+    assert_eq!(
+        (terse.reason.as_str(), terse.agent_message.as_str()),
+        ("", "ask a human")
+    );
+    assert!(terse.gates.is_empty() && terse.missing_gates.is_empty());
 }
 
 #[test]
