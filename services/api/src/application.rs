@@ -32,8 +32,8 @@ use crate::{
     directory::{self, Directory},
     fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
     layers::{
-        AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, TimeoutLayer, TraceLayer,
-        auth::default_refusal_limit,
+        AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, SmallFramesLayer, TimeoutLayer,
+        TraceLayer, auth::default_refusal_limit,
     },
     probes::{probes, set_all},
     queue_depths::QueueDepths,
@@ -218,6 +218,7 @@ impl Application {
             .layer(RateLimitLayer::new(self.config.rate_limit))
             .layer(TimeoutLayer::new(self.config.timeouts))
             .layer(MessageLimitLayer::new(MAX_MESSAGE_BYTES))
+            .layer(SmallFramesLayer)
             .into_inner();
 
         let mut suppression = Suppression::new(self.config.suppression);

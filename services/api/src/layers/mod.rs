@@ -1,5 +1,6 @@
 //! The tower stack every RPC passes through, outermost first:
-//! `trace → metrics → auth → rate_limit → timeout → message_limit → service`.
+//! `trace → metrics → auth → rate_limit → timeout → message_limit →
+//! small_frames → service`.
 //! `trace` looks the request's path up in the RPC table
 //! ([`countersign_proto::rpc`]) once and puts what it found ([`Resolved`]) in
 //! the request's extensions; the layers inside it read it there. `metrics`
@@ -10,6 +11,7 @@ pub mod auth;
 pub mod message_limit;
 pub mod metrics;
 pub mod rate_limit;
+pub mod small_frames;
 pub mod timeout;
 pub mod trace;
 
@@ -27,6 +29,7 @@ pub use auth::AuthLayer;
 pub use message_limit::MessageLimitLayer;
 pub use metrics::MetricsLayer;
 pub use rate_limit::RateLimitLayer;
+pub use small_frames::SmallFramesLayer;
 pub use timeout::TimeoutLayer;
 pub use trace::TraceLayer;
 
