@@ -6,16 +6,13 @@
 //! takes effect within the TTL (`--credential-cache-ttl`, default 1 s; 0 turns
 //! the cache off).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, RwLock},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use countersign_store::{ApiKeyRecord, StoreError, Tenant};
+use moka::sync::Cache;
 
 pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
-const CAPACITY: usize = 10_000;
+const CAPACITY: u64 = 10_000;
 
 pub struct Directory {
     store: Arc<dyn countersign_store::Directory>,
@@ -46,8 +43,8 @@ impl Directory {
 /// was not. Missing records have a cache of their own, so that a flood of
 /// made-up ids cannot evict the credentials in use.
 struct Lookups<V> {
-    found: Option<Expiring<V>>,
-    missing: Option<Expiring<()>>,
+    found: Option<Cache<String, V>>,
+    missing: Option<Cache<String, ()>>,
 }
 
 impl<V: Clone + Send + Sync + 'static> Lookups<V> {
@@ -87,44 +84,13 @@ impl<V: Clone + Send + Sync + 'static> Lookups<V> {
     }
 }
 
-fn cache<V: Clone>(ttl: Duration) -> Option<Expiring<V>> {
-    (!ttl.is_zero()).then(|| Expiring {
-        ttl,
-        entries: RwLock::default(),
+fn cache<V: Clone + Send + Sync + 'static>(ttl: Duration) -> Option<Cache<String, V>> {
+    (!ttl.is_zero()).then(|| {
+        Cache::builder()
+            .max_capacity(CAPACITY)
+            .time_to_live(ttl)
+            .build()
     })
-}
-
-/// Values kept for `ttl` from when they were put, at most [`CAPACITY`] of
-/// them: a put into a full map first drops what has expired, and if nothing
-/// has, the value is not kept (it is loaded again the next time). A lookup
-/// is a read lock and one hash; the directory is read on every call.
-struct Expiring<V> {
-    ttl: Duration,
-    entries: RwLock<HashMap<String, (Instant, V)>>,
-}
-
-impl<V: Clone> Expiring<V> {
-    fn get(&self, key: &str) -> Option<V> {
-        let entries = self.entries.read().expect("directory cache");
-        let (put_at, value) = entries.get(key)?;
-        (put_at.elapsed() < self.ttl).then(|| value.clone())
-    }
-
-    fn contains_key(&self, key: &str) -> bool {
-        self.get(key).is_some()
-    }
-
-    fn insert(&self, key: String, value: V) {
-        let mut entries = self.entries.write().expect("directory cache");
-        let now = Instant::now();
-        if entries.len() >= CAPACITY && !entries.contains_key(&key) {
-            entries.retain(|_, (put_at, _)| now.duration_since(*put_at) < self.ttl);
-            if entries.len() >= CAPACITY {
-                return;
-            }
-        }
-        entries.insert(key, (now, value));
-    }
 }
 
 #[cfg(test)]
@@ -155,25 +121,6 @@ mod tests {
             assert_eq!(look(&lookups, &loads, "known").await, Some(7));
         }
         assert_eq!(loads.load(Ordering::SeqCst), 2, "and so is the hit");
-    }
-
-    #[test]
-    fn a_value_lives_for_the_ttl_and_a_full_cache_makes_room_only_from_the_expired() {
-        let ttl = Duration::from_millis(200);
-        let cache = cache::<u32>(ttl).unwrap();
-        for n in 0..CAPACITY {
-            cache.insert(format!("k{n}"), 1);
-        }
-        cache.insert("late".into(), 2);
-        assert_eq!(cache.get("late"), None, "full: not kept");
-        assert_eq!(cache.get("k0"), Some(1), "what it has stays");
-        cache.insert("k0".into(), 3);
-        assert_eq!(cache.get("k0"), Some(3), "a key it has is replaced");
-        std::thread::sleep(ttl);
-        assert_eq!(cache.get("k1"), None, "expired");
-        cache.insert("late".into(), 2);
-        assert_eq!(cache.get("late"), Some(2));
-        assert_eq!(cache.entries.read().unwrap().len(), 1, "the expired went");
     }
 
     #[tokio::test]
