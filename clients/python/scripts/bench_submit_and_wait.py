@@ -21,6 +21,12 @@ being what grpcio alone costs per unary call.
 Run it from the venv of run-tests.sh (or any with grpcio and protobuf), with
 release binaries (`cargo build --release -p countersign -p countersign-bench`).
 It is not part of the tests.
+
+With `--split-cores` every server runs on CPU 0 and every client (the Rust
+bench, and this process with grpcio's threads) on CPU 1, as when client and
+server are on machines of their own: on cores they share, a client's CPU is
+CPU the server does not get, and the p50s then compare how much of the
+machine each client takes as well as what it adds to a call.
 """
 
 import argparse
@@ -32,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -51,10 +58,27 @@ def percentile(sorted_ms: List[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
-def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, warmup: int, via: str) -> dict:
+SERVER_CPU, CLIENT_CPU = 0, 1
+
+
+def pinned_server(server_binary: Path, directory: Path) -> Path:
+    """An executable that runs `server_binary` on SERVER_CPU alone, standing in
+    for it wherever a server or an admin command is started."""
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise SystemExit("--split-cores needs taskset (util-linux)")
+    wrapper = directory / "countersign"
+    wrapper.write_text(f'#!/bin/sh\nexec {taskset} -c {SERVER_CPU} "{server_binary}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def rust_figure(bench: Path, server_binary: Path, proposals: int, clients: int, warmup: int, via: str,
+                client_cpus: List[str]) -> dict:
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
             [
+                *client_cpus,
                 str(bench),
                 "submit-decide",
                 "--proposals", str(proposals),
@@ -210,23 +234,36 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of them all, interleaved (default %(default)s)")
     parser.add_argument("--via", default="submit-wait", help="the Rust bench's --via (default %(default)s)")
+    parser.add_argument("--split-cores", action="store_true",
+                        help=f"servers on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}")
     args = parser.parse_args()
     # The servers run in their data directories: a relative path would not name the binary there.
     args.countersign, args.bench = args.countersign.resolve(), args.bench.resolve()
     for binary in (args.countersign, args.bench):
         if not binary.is_file():
             raise SystemExit(f"no binary at {binary}: cargo build --release -p countersign -p countersign-bench")
+    client_cpus: List[str] = []
+    wrappers = tempfile.TemporaryDirectory()
+    if args.split_cores:
+        if len(os.sched_getaffinity(0)) < 2:
+            raise SystemExit("--split-cores needs two CPUs")
+        args.countersign = pinned_server(args.countersign, Path(wrappers.name))
+        client_cpus = ["taskset", "-c", str(CLIENT_CPU)]
+        # Before any channel: grpcio's threads inherit this thread's affinity.
+        os.sched_setaffinity(0, {CLIENT_CPU})
     floor = "grpcio health check (floor)"
     drivers = (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks), (floor, run_health_checks))
     rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", *(name for name, _ in drivers))}
     for _ in range(args.rounds):
         # Interleaved, so that a machine busier in one stretch weighs on all of them.
-        rust = rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup, args.via)
+        rust = rust_figure(args.bench, args.countersign, args.proposals, args.clients, args.warmup, args.via,
+                           client_cpus)
         rounds["Rust bench client"].append(rust)
         for name, driver in drivers:
             rounds[name].append(python_figure(args.countersign, args.proposals, args.clients, args.warmup, driver))
+    cores = f"servers on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}" if args.split_cores else "cores shared"
     print(f"submit_and_wait on approved proposals: {args.clients} clients, embedded server, Rust --via {args.via}, "
-          f"{args.proposals} measured, {args.rounds} rounds (each figure: the median round's)")
+          f"{args.proposals} measured, {args.rounds} rounds, {cores} (each figure: the median round's)")
     print(f"{'':26}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'p50 - Rust':>12}   p50 by round")
     rust = statistics.median(f["p50_ms"] for f in rounds["Rust bench client"])
     for name, figures in rounds.items():
