@@ -42,6 +42,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0021_receipt_ttl.sql",
     "0022_console_sessions.sql",
     "0023_lean_decision_path.sql",
+    "0024_audit_filters_covered.sql",
 ];
 
 /// Why the schema could not be brought up to date.
@@ -368,7 +369,7 @@ mod tests {
         let newer: Vec<i64> = after[before.len() + 1..].iter().map(|row| row.0).collect();
         assert_eq!(
             newer,
-            [17, 18, 19, 20, 21, 22, 23],
+            [17, 18, 19, 20, 21, 22, 23, 24],
             "and every migration after it"
         );
         Migrations::embedded().run(&mut conn).unwrap();
