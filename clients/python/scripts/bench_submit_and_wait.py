@@ -34,11 +34,11 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -243,10 +243,10 @@ def main() -> None:
         if not binary.is_file():
             raise SystemExit(f"no binary at {binary}: cargo build --release -p countersign -p countersign-bench")
     client_cpus: List[str] = []
-    wrappers = tempfile.TemporaryDirectory()
     if args.split_cores:
         if len(os.sched_getaffinity(0)) < 2:
             raise SystemExit("--split-cores needs two CPUs")
+        wrappers = tempfile.TemporaryDirectory()  # kept until the process ends
         args.countersign = pinned_server(args.countersign, Path(wrappers.name))
         client_cpus = ["taskset", "-c", str(CLIENT_CPU)]
         # Before any channel: grpcio's threads inherit this thread's affinity.

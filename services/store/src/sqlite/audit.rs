@@ -439,6 +439,9 @@ mod tests {
 
     use crate::sqlite::tests::plan_of;
 
+    /// Sets one field of a filter.
+    type Set = fn(&mut AuditFilter);
+
     /// A page under a selective filter with a coarse one beside it walks the
     /// selective filter's index and reads whether each entry matches from
     /// that index alone (COVERING: no row is read until the page's own), so
@@ -446,14 +449,14 @@ mod tests {
     /// rows over a long log.
     #[tokio::test]
     async fn a_selective_filter_with_a_coarse_one_is_answered_from_its_index() {
-        let selective: [(&str, fn(&mut AuditFilter)); 5] = [
+        let selective: [(&str, Set); 5] = [
             ("audit_by_action", |f| f.action = Some("restart".into())),
             ("audit_by_target", |f| f.target = Some("db-1".into())),
             ("audit_by_operator", |f| f.operator = Some("bot".into())),
             ("audit_by_submitter", |f| f.submitted_by = Some("ci".into())),
             ("audit_by_sop", |f| f.sop_id = Some("SOP-1".into())),
         ];
-        let coarse: [fn(&mut AuditFilter); 3] = [
+        let coarse: [Set; 3] = [
             |f| f.outcome = Some(DecisionOutcome::Reject),
             |f| f.blast_radius = Some(BlastRadius::Cluster),
             |f| {
