@@ -147,6 +147,7 @@ async fn model_on(
     // the load is over.
     let loaded = Arc::new(Mutex::new(Tally::new()));
     let beside = Arc::new(Mutex::new(Tally::new()));
+    let written_before = crate::writes::Snapshot::take(&server).await?;
     let before = server.usage();
     let running = {
         let (endpoint, key, load) = (server.endpoint.clone(), model_key.clone(), load.clone());
@@ -165,11 +166,20 @@ async fn model_on(
     }
     let wall = running.await??;
     let after = server.usage();
+    let written_after = crate::writes::Snapshot::take(&server).await?;
 
     let (loaded, alone, beside) = (loaded.lock().await, alone.lock().await, beside.lock().await);
     let of = |tally: &Tally| Percentiles::of(tally.decision.as_ref().expect("histogram"));
     let (loaded_p, alone_p, beside_p) = (of(&loaded), of(&alone), of(&beside));
     let decided = loaded.outcomes.values().sum::<u64>();
+    // Both tenants' decisions of the loaded phase wrote what it wrote.
+    let written = crate::writes::per_decision(
+        &server,
+        &written_before,
+        &written_after,
+        decided + beside.outcomes.values().sum::<u64>(),
+    )
+    .await?;
     let throughput = decided as f64 / wall.as_secs_f64().max(1e-9);
     let in_flight = model.clients.min(model.model_concurrency as u64);
     let expected = in_flight as f64 / delay.as_secs_f64().max(1e-9);
@@ -247,6 +257,6 @@ async fn model_on(
                 beside_p.p99_ms / alone_p.p99_ms.max(1e-9),
             ),
         ]),
-        writes_per_decision: BTreeMap::new(),
+        writes_per_decision: written,
     })
 }

@@ -5,7 +5,8 @@
 //! `countersign_sqlite_rows_written_total` (SQLite's update hook on the
 //! writer, triggers' rows included); the bytes the server's SQLite threads
 //! wrote (`wchar` of `/proc/<pid>/task/*/io`: WAL frames and the checkpoints
-//! that copy them into the database file; only the writer writes). Production:
+//! that copy them into the database file; only the writer writes); the
+//! transactions it committed (`countersign_sqlite_commits_total`). Production:
 //! PostgreSQL's own counts for the run's database (`pg_stat_user_tables`:
 //! inserted, updated, of them heap-only (HOT), deleted), the WAL it wrote
 //! (`pg_current_wal_lsn()` before and after: the whole cluster's, so a run
@@ -77,7 +78,12 @@ impl Snapshot {
 async fn embedded(server: &Server) -> anyhow::Result<Snapshot> {
     let text = scrape(&server.metrics).await?;
     let mut tables: BTreeMap<String, TableRows> = BTreeMap::new();
+    let mut commits = None;
     for line in text.lines() {
+        if let Some(value) = line.strip_prefix("countersign_sqlite_commits_total ") {
+            commits = value.trim().parse::<f64>().ok();
+            continue;
+        }
         let Some(rest) = line.strip_prefix("countersign_sqlite_rows_written_total{") else {
             continue;
         };
@@ -106,7 +112,7 @@ async fn embedded(server: &Server) -> anyhow::Result<Snapshot> {
     Ok(Snapshot {
         tables,
         log_bytes: sqlite_thread_bytes(server.pid()),
-        transactions: None,
+        transactions: commits,
         statements: None,
     })
 }

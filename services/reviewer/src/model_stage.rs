@@ -379,6 +379,8 @@ impl Worker {
             let mut steps = vec![None; leases.len()];
             self.record(&leases, &spans, decided, escalating, &mut steps)
                 .await;
+            // A lease given back here waits for a worker's next fetch (at
+            // the latest, its idle poll).
             self.settle(&leases, steps).await;
             drop(waiting);
         }

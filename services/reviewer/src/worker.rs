@@ -129,6 +129,15 @@ async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEve
     }
 }
 
+/// Forgets the events already received: a fetch that follows sees what
+/// they announce.
+fn drain(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
+    while !matches!(
+        events.try_recv(),
+        Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+    ) {}
+}
+
 /// Resolves when this process enqueued an entry since it was last seen
 /// (never, for a queue without the signal).
 async fn enqueued_here(enqueued: &mut Option<watch::Receiver<u64>>) {
@@ -193,10 +202,12 @@ impl Worker {
                     break;
                 }
             }
-            // Seen before the fetch: an entry enqueued after it wakes the wait.
+            // Seen before the fetch: an entry enqueued after it wakes the
+            // wait, and the submissions the fetch sees wake no second one.
             if let Some(enqueued) = &mut enqueued {
                 enqueued.borrow_and_update();
             }
+            drain(&mut events);
             let (batch, lease) = (self.config.batch, self.config.lease);
             let fetched = match self.lane {
                 Lane::Shared => self.queue.fetch(&self.id, batch, lease).await,
@@ -213,16 +224,22 @@ impl Worker {
                     continue;
                 }
             };
-            if leases.is_empty() {
-                tokio::select! {
-                    () = stop.cancelled() => {}
-                    () = submission(&mut events) => {}
-                    () = enqueued_here(&mut enqueued) => {}
-                    () = tokio::time::sleep(self.config.idle_poll) => {}
+            // A shared fetch short of a batch took every entry ready then:
+            // after this batch, only what was enqueued since is left, and
+            // that woke the wait below already.
+            let drained = self.lane == Lane::Shared && leases.len() < batch;
+            if !leases.is_empty() {
+                let again = self.process(leases, (asked, answers), stop).await;
+                if !drained || again {
+                    continue;
                 }
-                continue;
             }
-            self.process(leases, (asked, answers), stop).await;
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = submission(&mut events) => {}
+                () = enqueued_here(&mut enqueued) => {}
+                () = tokio::time::sleep(self.config.idle_poll) => {}
+            }
         }
     }
 
@@ -238,14 +255,15 @@ impl Worker {
     /// Reviews a batch: one transaction starts them, one records them. The
     /// proposals a model reviews go to tasks of their own in `asked`,
     /// started before the rest is recorded, which send their results to
-    /// `answers` (the process's recorder).
+    /// `answers` (the process's recorder). Whether a lease went back to be
+    /// tried again at once.
     #[tracing::instrument(name = "reviewer.review_batch", skip_all, fields(worker = %self.id, n = leases.len()))]
     async fn process(
         self: &Arc<Self>,
         leases: Vec<Lease>,
         (asked, answers): (&mut JoinSet<()>, &Answers),
         stop: &CancellationToken,
-    ) {
+    ) -> bool {
         let mut steps: Vec<Option<Step>> = vec![None; leases.len()];
         // One `reviewer.review` span per proposal begun, in its caller's trace.
         let mut spans: Vec<Option<tracing::Span>> = vec![None; leases.len()];
@@ -323,7 +341,7 @@ impl Worker {
         }
         self.record(&leases, &spans, decided, escalating, &mut steps)
             .await;
-        self.settle(&leases, steps).await;
+        self.settle(&leases, steps).await
     }
 
     /// Records `decided` in one transaction and opens `escalating` in
@@ -526,9 +544,11 @@ impl Worker {
         })
     }
 
-    /// Acks, dead-letters and releases as each lease's step says.
-    pub(crate) async fn settle(&self, leases: &[Lease], steps: Vec<Option<Step>>) {
+    /// Acks, dead-letters and releases as each lease's step says; whether
+    /// a lease went back to be tried again at once.
+    pub(crate) async fn settle(&self, leases: &[Lease], steps: Vec<Option<Step>>) -> bool {
         let mut done = Vec::new();
+        let mut again = false;
         for (lease, step) in leases.iter().zip(steps) {
             let result = match step.unwrap_or(Step::Retry("no step".into(), Duration::ZERO)) {
                 Step::Asked => Ok(()),
@@ -549,6 +569,7 @@ impl Worker {
                         "review attempt failed; will retry"
                     );
                     metrics::counter!("countersign_review_retries_total").increment(1);
+                    again |= delay.is_zero();
                     self.queue.release(lease, delay).await
                 }
             };
@@ -558,11 +579,11 @@ impl Worker {
             }
         }
         // A batch the model took whole has nothing to ack: no trip to the queue.
-        if done.is_empty() {
-            return;
-        }
-        if let Err(error) = self.queue.ack_many(&done).await {
+        if !done.is_empty()
+            && let Err(error) = self.queue.ack_many(&done).await
+        {
             tracing::warn!(worker = %self.id, %error, "ack failed; leases will expire and be reclaimed");
         }
+        again
     }
 }

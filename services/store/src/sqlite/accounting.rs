@@ -6,7 +6,9 @@
 //! deletes in a rowid table; the rows of WITHOUT ROWID tables, which it does
 //! not report, are the connection's change count less the hook's
 //! (`table="without_rowid"`). Rows of a transaction rolled back are counted
-//! too: they were written.
+//! too: they were written. The transactions it commits are counted as
+//! `countersign_sqlite_commits_total` (SQLite's commit hook, which sees
+//! every commit, explicit or of a statement on its own).
 
 use std::sync::{
     Arc,
@@ -17,6 +19,7 @@ use metrics::Counter;
 use rusqlite::{Connection, hooks::Action};
 
 const ROWS_WRITTEN: &str = "countersign_sqlite_rows_written_total";
+const COMMITS: &str = "countersign_sqlite_commits_total";
 
 /// The counts of one connection, from [`RowCounter::install`] on.
 pub(crate) struct RowCounter {
@@ -61,6 +64,12 @@ impl RowCounter {
                 }
             },
         ));
+        let commits = metrics::counter!(COMMITS);
+        // `false`: the hook lets every commit go through.
+        conn.commit_hook(Some(move || {
+            commits.increment(1);
+            false
+        }));
         RowCounter {
             hooked,
             changes: conn.total_changes(),
@@ -89,7 +98,7 @@ mod tests {
     use super::*;
 
     /// Rows written by statements and by triggers, in rowid tables by table
-    /// and operation, in WITHOUT ROWID tables together.
+    /// and operation, in WITHOUT ROWID tables together; each commit once.
     #[test]
     fn every_row_written_is_counted_by_table_and_operation() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
@@ -113,15 +122,24 @@ mod tests {
                  UPDATE t SET n = n + 1; DELETE FROM t WHERE n = 3;",
             )
             .unwrap();
+            conn.execute_batch(
+                "BEGIN; INSERT INTO t VALUES (5); INSERT INTO t VALUES (6); COMMIT;",
+            )
+            .unwrap();
+            conn.execute_batch("BEGIN; INSERT INTO t VALUES (7); ROLLBACK;")
+                .unwrap();
             counter.settle(&conn);
         });
         let rendered = handle.render();
         for line in [
-            r#"countersign_sqlite_rows_written_total{table="t",op="insert"} 2"#,
-            r#"countersign_sqlite_rows_written_total{table="log",op="insert"} 2"#,
+            r#"countersign_sqlite_rows_written_total{table="t",op="insert"} 5"#,
+            r#"countersign_sqlite_rows_written_total{table="log",op="insert"} 5"#,
             r#"countersign_sqlite_rows_written_total{table="t",op="update"} 2"#,
             r#"countersign_sqlite_rows_written_total{table="t",op="delete"} 1"#,
-            r#"countersign_sqlite_rows_written_total{table="without_rowid",op="any"} 2"#,
+            r#"countersign_sqlite_rows_written_total{table="without_rowid",op="any"} 5"#,
+            // Four statements on their own and one transaction; the one
+            // rolled back commits nothing.
+            "countersign_sqlite_commits_total 5",
         ] {
             assert!(rendered.contains(line), "{line} in\n{rendered}");
         }

@@ -1,6 +1,16 @@
 //! The embedded queue: the `queue_entries` table of the SQLite database, which
 //! the store writes by trigger in the same transaction as the proposal. Its
 //! statements run on the store's single writer, on the writer's own thread.
+//!
+//! Leases, their extensions and releases, reclaims and acks commit without
+//! waiting for the disk ([`SqliteWriter::run_unsynced`]): a crash that takes
+//! one back leaves an entry leased again or not yet acked, which the queue
+//! recovers from as it does from a worker that died (the lease runs out; the
+//! review begun again finds the proposal decided and acks it, or reviews
+//! it, and the store records one decision). A decision, and the REVIEWING
+//! that a lease leads to, commit durably, and with them every lease and ack
+//! before them in the log. Enqueues (in the proposal's transaction) and dead
+//! letters wait for the disk.
 
 use std::time::Duration;
 
@@ -31,6 +41,20 @@ impl EmbeddedQueue {
     {
         self.writer
             .run(job)
+            .await
+            .map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
+            .map_err(QueueError::backend)
+    }
+
+    /// Runs `job` on the writer's thread, its commit not waiting for the
+    /// disk (see the module's documentation for which writes may).
+    async fn run_unsynced<T, F>(&self, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.writer
+            .run_unsynced(job)
             .await
             .map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
             .map_err(QueueError::backend)
@@ -124,7 +148,7 @@ impl EmbeddedQueue {
         let (worker, lease_token) = (worker.to_owned(), token.clone());
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let mut rows: Vec<(i64, String, String, i64)> = self
-            .run(move |conn| {
+            .run_unsynced(move |conn| {
                 conn.prepare_cached(sql)?
                     .query_map(
                         params![worker, lease_token, expires_at, now, limit],
@@ -184,7 +208,7 @@ impl Queue for EmbeddedQueue {
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<bool> {
         let (id, token, until) = (row_id(lease), lease.token.clone(), now_ms() + ms(by));
         let extended = self
-            .run(move |conn| {
+            .run_unsynced(move |conn| {
                 conn.prepare_cached(
                     "UPDATE queue_entries SET lease_expires_at = ? WHERE id = ? AND lease_token = ?",
                 )?
@@ -214,7 +238,7 @@ impl Queue for EmbeddedQueue {
                 (token.to_owned(), format!("[{ids}]"))
             })
             .collect();
-        self.run(move |conn| {
+        self.run_unsynced(move |conn| {
             let mut delete = conn.prepare_cached(
                 "DELETE FROM queue_entries
                  WHERE lease_token = ? AND id IN (SELECT value FROM json_each(?))",
@@ -229,7 +253,7 @@ impl Queue for EmbeddedQueue {
 
     async fn release(&self, lease: &Lease, delay: Duration) -> Result<()> {
         let (id, token, at) = (row_id(lease), lease.token.clone(), now_ms() + ms(delay));
-        self.run(move |conn| {
+        self.run_unsynced(move |conn| {
             conn.prepare_cached(
                 "UPDATE queue_entries
                  SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
@@ -245,7 +269,7 @@ impl Queue for EmbeddedQueue {
     async fn reclaim_expired(&self) -> Result<u64> {
         let now = now_ms();
         let reclaimed = self
-            .run(move |conn| conn.prepare_cached(RECLAIM)?.execute([now]))
+            .run_unsynced(move |conn| conn.prepare_cached(RECLAIM)?.execute([now]))
             .await?;
         Ok(reclaimed as u64)
     }

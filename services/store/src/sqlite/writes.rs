@@ -84,7 +84,35 @@ impl SqliteWriter {
         self.jobs.send(job).map_err(|_| WriteThreadStopped)?;
         answer.await.map_err(|_| WriteThreadStopped)
     }
+
+    /// Runs `job` as [`SqliteWriter::run`] does, but its commit does not wait
+    /// for the disk (`synchronous = NORMAL` for this job alone, then the
+    /// connection's own setting again, even if the job panics): for writes
+    /// a crash may take back because everything that depends on them
+    /// recovers without them (the queue's leases and acks). The log is
+    /// written in order and the next commit that waits syncs all of it, so
+    /// no durable write ever stands on one that was lost.
+    pub(crate) async fn run_unsynced<T, F>(&self, job: F) -> Result<T, WriteThreadStopped>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> T + Send + 'static,
+    {
+        self.run(move |conn| {
+            let own: i64 = conn
+                .pragma_query_value(None, "synchronous", |r| r.get(0))
+                .unwrap_or(SYNCHRONOUS_FULL);
+            let _ = conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL);
+            let done = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut *conn)));
+            let _ = conn.pragma_update(None, "synchronous", own);
+            done.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+        .await
+    }
 }
+
+/// SQLite's `synchronous` levels, as the pragma reads and takes them.
+const SYNCHRONOUS_NORMAL: i64 = 1;
+const SYNCHRONOUS_FULL: i64 = 2;
 
 impl From<WriteThreadStopped> for crate::StoreError {
     fn from(stopped: WriteThreadStopped) -> Self {
@@ -138,6 +166,40 @@ mod tests {
 
     /// What a job leaves uncommitted is never seen, and never carried into
     /// the next job's writes (which would commit it).
+    /// The level of `synchronous` a job runs with.
+    fn level(conn: &mut Connection) -> i64 {
+        conn.pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap()
+    }
+
+    /// An unsynced job commits without waiting for the disk; the jobs after
+    /// it wait again, also after an unsynced job that panicked.
+    #[tokio::test]
+    async fn only_an_unsynced_job_commits_without_waiting_for_the_disk() {
+        let writer = writer();
+        writer
+            .run(|conn| conn.pragma_update(None, "synchronous", "FULL").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            writer.run_unsynced(level).await.unwrap(),
+            SYNCHRONOUS_NORMAL
+        );
+        assert_eq!(writer.run(level).await.unwrap(), SYNCHRONOUS_FULL);
+        let panicked = writer
+            .run_unsynced(|_: &mut Connection| -> () { panic!("a job that fails") })
+            .await;
+        assert!(panicked.is_err());
+        assert_eq!(writer.run(level).await.unwrap(), SYNCHRONOUS_FULL);
+        // A connection set to NORMAL keeps it.
+        writer
+            .run(|conn| conn.pragma_update(None, "synchronous", "NORMAL").unwrap())
+            .await
+            .unwrap();
+        writer.run_unsynced(level).await.unwrap();
+        assert_eq!(writer.run(level).await.unwrap(), SYNCHRONOUS_NORMAL);
+    }
+
     #[tokio::test]
     async fn a_transaction_a_job_leaves_open_is_rolled_back() {
         let writer = writer_with_table().await;
