@@ -19,7 +19,7 @@ use countersign_queue::{Lease, Queue, QueueError, Result, TenantDepth};
 use rand::RngCore;
 use rusqlite::{Connection, params};
 
-use super::SqliteWriter;
+use super::{SqliteWriter, WriteThreadStopped};
 use crate::now_ms;
 
 #[derive(Debug, Clone)]
@@ -39,11 +39,7 @@ impl EmbeddedQueue {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.writer
-            .run(job)
-            .await
-            .map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
-            .map_err(QueueError::backend)
+        answer(self.writer.run(job).await)
     }
 
     /// Runs `job` on the writer's thread, its commit not waiting for the
@@ -53,12 +49,14 @@ impl EmbeddedQueue {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.writer
-            .run_unsynced(job)
-            .await
-            .map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
-            .map_err(QueueError::backend)
+        answer(self.writer.run_unsynced(job).await)
     }
+}
+
+/// What a job on the writer came to, in the queue's errors.
+fn answer<T>(done: std::result::Result<rusqlite::Result<T>, WriteThreadStopped>) -> Result<T> {
+    done.map_err(|stopped| QueueError::Unavailable(stopped.to_string()))?
+        .map_err(QueueError::backend)
 }
 
 fn token() -> String {
