@@ -8,6 +8,11 @@
 //! the gate-only tenant, measured first, gives the cycle (submit to
 //! decision) every proposal pays besides the model on this machine, and a
 //! second ratio with it added to the delay: the model stage's own share.
+//! Last, a gate-only tenant decides as many proposals a second as the model
+//! tenant did, open loop, with the trickle beside it: the trickle's p99
+//! beside the model load over its p99 beside that is what the model stage
+//! itself costs a neighbour, apart from the cores and the writer being
+//! shared at all.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -99,6 +104,7 @@ async fn model_on(
     let model_key = seed(&server, "default", pool).await?;
     put_profile(&server, "default").await?;
     let quiet_key = seed(&server, "quiet", MAX_TARGETS).await?;
+    let steady_key = seed(&server, "steady", MAX_TARGETS).await?;
 
     // The gate-only tenant alone: the latency it should keep.
     let alone = Arc::new(Mutex::new(Tally::new()));
@@ -154,23 +160,47 @@ async fn model_on(
         let loaded = loaded.clone();
         tokio::spawn(async move { drive(&endpoint, &key, &load, (pool, 0), loaded).await })
     };
-    while !running.is_finished() {
-        trickle(
-            &server.endpoint,
-            &quiet_key,
-            model.trickle_rate,
-            TRICKLE_PIECE,
-            beside.clone(),
-        )
-        .await?;
-    }
-    let wall = running.await??;
+    let wall = trickle_beside(&server.endpoint, &quiet_key, model, running, &beside).await?;
     let after = server.usage();
     let written_after = crate::writes::Snapshot::take(&server).await?;
 
+    // A gate-only tenant deciding as many proposals a second as the model
+    // tenant did, open loop, with the trickle beside it: what the same rate
+    // of decisions costs a neighbour on this machine without a model, so
+    // that what the model stage adds is told apart from the machine's cores
+    // and its one writer being shared at all.
+    let decided_so_far = loaded.lock().await.outcomes.values().sum::<u64>();
+    let same_rate = (decided_so_far as f64 / wall.as_secs_f64().max(1e-9)).round() as u64;
+    let steady_load = LoadArgs {
+        rate: Some(same_rate.max(1)),
+        proposals: decided_so_far,
+        ..load.clone()
+    };
+    let steady = Arc::new(Mutex::new(Tally::new()));
+    let beside_steady = Arc::new(Mutex::new(Tally::new()));
+    let running = {
+        let (endpoint, key, steady) = (server.endpoint.clone(), steady_key.clone(), steady.clone());
+        tokio::spawn(async move {
+            drive(
+                &endpoint,
+                &key,
+                &steady_load,
+                (MAX_TARGETS, 3 << 40),
+                steady,
+            )
+            .await
+        })
+    };
+    trickle_beside(&server.endpoint, &quiet_key, model, running, &beside_steady).await?;
+
     let (loaded, alone, beside) = (loaded.lock().await, alone.lock().await, beside.lock().await);
+    let (steady, beside_steady) = (steady.lock().await, beside_steady.lock().await);
     let of = |tally: &Tally| Percentiles::of(tally.decision.as_ref().expect("histogram"));
     let (loaded_p, alone_p, beside_p) = (of(&loaded), of(&alone), of(&beside));
+    let beside_steady_p = of(&beside_steady);
+    // The trickle's Submit alone (its submission's commit): what of its wait
+    // is the write path rather than the review.
+    let submitted = |tally: &Tally| Percentiles::of(tally.submit.as_ref().expect("histogram"));
     let decided = loaded.outcomes.values().sum::<u64>();
     // Both tenants' decisions of the loaded phase wrote what it wrote.
     let written = crate::writes::per_decision(
@@ -193,6 +223,9 @@ async fn model_on(
     for (k, v) in &beside.outcomes {
         outcomes.insert(format!("gate-only tenant {k}"), *v);
     }
+    for (k, v) in &steady.outcomes {
+        outcomes.insert(format!("same-rate gate-only tenant {k}"), *v);
+    }
     outcomes.insert(
         "most model requests in flight".to_owned(),
         fake.most_in_flight() as u64,
@@ -204,6 +237,8 @@ async fn model_on(
         ("alone", &alone),
         ("beside", &beside),
         ("gate-only closed loop", &gated),
+        ("gate-only load at the model tenant's rate", &steady),
+        ("beside the gate-only load", &beside_steady),
     ] {
         for (k, v) in &tally.errors {
             errors.insert(format!("{name} {k}"), *v);
@@ -226,6 +261,15 @@ async fn model_on(
             ("model tenant submit → decision".to_owned(), loaded_p),
             ("gate-only alone".to_owned(), alone_p.clone()),
             ("gate-only beside model load".to_owned(), beside_p.clone()),
+            (
+                format!("gate-only beside a gate-only load of {same_rate}/s"),
+                beside_steady_p.clone(),
+            ),
+            ("gate-only alone: submit".to_owned(), submitted(&alone)),
+            (
+                "gate-only beside model load: submit".to_owned(),
+                submitted(&beside),
+            ),
         ]),
         outcomes,
         errors,
@@ -256,7 +300,35 @@ async fn model_on(
                 "gate-only p99 beside model load / alone".to_owned(),
                 beside_p.p99_ms / alone_p.p99_ms.max(1e-9),
             ),
+            // The model stage's own share of a neighbour's wait: beside the
+            // model tenant against beside as many gate-only decisions.
+            (
+                "gate-only p99 beside model load / beside a gate-only load at its rate".to_owned(),
+                beside_p.p99_ms / beside_steady_p.p99_ms.max(1e-9),
+            ),
         ]),
         writes_per_decision: written,
     })
+}
+
+/// The gate-only trickle, in pieces, until `running` (a load) is over: the
+/// load's wall time.
+async fn trickle_beside(
+    endpoint: &str,
+    key: &str,
+    model: &ModelArgs,
+    running: tokio::task::JoinHandle<anyhow::Result<Duration>>,
+    tally: &Arc<Mutex<Tally>>,
+) -> anyhow::Result<Duration> {
+    while !running.is_finished() {
+        trickle(
+            endpoint,
+            key,
+            model.trickle_rate,
+            TRICKLE_PIECE,
+            tally.clone(),
+        )
+        .await?;
+    }
+    running.await?
 }

@@ -45,7 +45,7 @@ pub(crate) const MAX_TARGETS: u64 = 1024;
 /// What every load task records.
 #[derive(Default)]
 pub(crate) struct Tally {
-    submit: Option<Histogram<u64>>,
+    pub submit: Option<Histogram<u64>>,
     pub decision: Option<Histogram<u64>>,
     pub outcomes: BTreeMap<String, u64>,
     pub errors: BTreeMap<String, u64>,
