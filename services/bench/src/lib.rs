@@ -199,7 +199,8 @@ pub struct ModelArgs {
     /// The gate-only tenant's submissions per second.
     #[arg(long, default_value = "20")]
     pub trickle_rate: u64,
-    /// How long the gate-only tenant's trickle is measured alone first.
+    /// How long the gate-only tenant's trickle is measured alone: half
+    /// before the loads, half after them.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub trickle_alone: Duration,
     /// Give up on one decision after this long.

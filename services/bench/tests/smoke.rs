@@ -234,7 +234,25 @@ fn a_tiny_model_run_decides_every_proposal_through_the_endpoint_beside_a_gate_on
         .as_u64()
         .unwrap();
     assert!((1..=2).contains(&in_flight), "{report}");
-    for phase in ["gate-only alone", "gate-only beside model load"] {
+    // As many gate-only decisions as the model tenant's, at its rate.
+    assert_eq!(
+        report["outcomes"]["same-rate gate-only tenant approved"], 20,
+        "{report}"
+    );
+    let same_rate = report["latencies"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with("gate-only beside a gate-only load of "))
+        .cloned()
+        .unwrap_or_else(|| panic!("no same-rate phase: {report}"));
+    for phase in [
+        "gate-only alone",
+        "gate-only beside model load",
+        "gate-only alone: submit",
+        "gate-only beside model load: submit",
+        same_rate.as_str(),
+    ] {
         assert!(
             report["latencies"][phase]["count"].as_u64().unwrap_or(0) > 0,
             "{phase}: {report}"
@@ -244,6 +262,7 @@ fn a_tiny_model_run_decides_every_proposal_through_the_endpoint_beside_a_gate_on
         "decisions_per_s / (concurrency ÷ model latency)",
         "decisions_per_s / (concurrency ÷ (model latency + gate-only cycle))",
         "gate-only p99 beside model load / alone",
+        "gate-only p99 beside model load / beside a gate-only load at its rate",
     ] {
         assert!(
             report["ratios"][ratio].as_f64().unwrap_or(0.0) > 0.0,
