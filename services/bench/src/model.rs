@@ -111,14 +111,16 @@ async fn model_on(
     // measured here and half after the loads, so that the machine's own
     // slow and quick spells fall on the baseline as they fall on the loads.
     let alone = Arc::new(Mutex::new(Tally::new()));
-    trickle(
-        &server.endpoint,
-        &quiet_key,
-        model.trickle_rate,
-        model.trickle_alone / 2,
-        alone.clone(),
-    )
-    .await?;
+    let alone_half = || {
+        trickle(
+            &server.endpoint,
+            &quiet_key,
+            model.trickle_rate,
+            model.trickle_alone / 2,
+            alone.clone(),
+        )
+    };
+    alone_half().await?;
 
     let load = LoadArgs {
         proposals: model.proposals,
@@ -195,14 +197,7 @@ async fn model_on(
         })
     };
     trickle_beside(&server.endpoint, &quiet_key, model, running, &beside_steady).await?;
-    trickle(
-        &server.endpoint,
-        &quiet_key,
-        model.trickle_rate,
-        model.trickle_alone / 2,
-        alone.clone(),
-    )
-    .await?;
+    alone_half().await?;
 
     let (loaded, alone, beside) = (loaded.lock().await, alone.lock().await, beside.lock().await);
     let (steady, beside_steady) = (steady.lock().await, beside_steady.lock().await);

@@ -47,9 +47,10 @@ const MIN_BACKLOG: usize = 64;
 const RECORD_GROUP: usize = 256;
 
 /// How long the recorder waits, after a group's first answer, for others to
-/// share its transaction: under a hundredth of a fast model's answer, and a
-/// third fewer commits a decision (a fifth less server CPU) for the tenants
-/// that share the writer (BENCHMARKS.md, "the recorder's linger").
+/// share its transaction: under a hundredth of a fast model's answer, for a
+/// third fewer commits and a fifth less server CPU a model-reviewed
+/// decision, on the writer every tenant shares (BENCHMARKS.md, "the
+/// recorder's linger").
 const RECORD_LINGER: Duration = Duration::from_micros(1500);
 
 /// What the process's workers share of the model reviewer: the endpoints,
