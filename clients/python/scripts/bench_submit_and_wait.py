@@ -11,12 +11,14 @@ started for it on a fresh data directory, after a warm-up that is not counted. F
 --reject-ratio 0 --via submit-wait` ("submit → decision": one Submit that waits for its
 decision, as `submit_and_wait` makes it), then 32 Python threads sharing one
 `countersign.Client` (as an application shares it), then 32 asyncio tasks
-sharing one `countersign.AsyncClient`, then the floor: 32 threads sharing one
-bare grpcio channel, each calling the health check (empty request and answer,
-no countersign code, nothing decided); `--rounds` times, interleaved. It prints
-the median round's p50s and their difference to Rust's (the goal: the Python
-client adds at most 1 ms at p50), and the client CPU per call, the floor's
-being what grpcio alone costs per unary call.
+sharing one `countersign.AsyncClient`, then 32 threads sharing one bare grpcio
+channel making the same Submit from the generated messages (no countersign
+code: what any client on grpcio pays for this call), then the floor: 32 threads
+sharing one bare grpcio channel, each calling the health check (empty request
+and answer, no countersign code, nothing decided); `--rounds` times,
+interleaved. It prints the median round's p50s and their difference to Rust's
+(the goal: the Python client adds at most 1 ms at p50), and the client CPU per
+call, the floor's being what grpcio alone costs per unary call.
 
 Run it from the venv of run-tests.sh (or any with grpcio and protobuf), with
 release binaries (`cargo build --release -p countersign -p countersign-bench`).
@@ -119,6 +121,15 @@ def spec(n: int, pool: int) -> countersign.Spec:
     )
 
 
+def in_threads(clients: int, loop: Callable, shared: object) -> None:
+    """Runs `loop(shared)` in `clients` threads at once, until all return."""
+    threads = [threading.Thread(target=loop, args=(shared,)) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def run_threads(endpoint: str, key: str, numbers: Iterator[int], pool: int, clients: int, warmup: int) -> List[float]:
     """`clients` threads sharing one Client, each in a closed loop."""
     latencies: List[float] = []
@@ -136,11 +147,7 @@ def run_threads(endpoint: str, key: str, numbers: Iterator[int], pool: int, clie
                     latencies.append(elapsed)
 
     with countersign.Client(endpoint, key) as client:
-        threads = [threading.Thread(target=client_loop, args=(client,)) for _ in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(clients, client_loop, client)
     return latencies
 
 
@@ -190,11 +197,58 @@ def run_health_checks(endpoint: str, key: str, numbers: Iterator[int], pool: int
     with grpc.insecure_channel(target, options=_core.channel_options()) as channel:
         # No serializers: the empty request goes as its zero bytes, the answer comes back as bytes.
         check = channel.unary_unary("/grpc.health.v1.Health/Check")
-        threads = [threading.Thread(target=client_loop, args=(check,)) for _ in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(clients, client_loop, check)
+    return latencies
+
+
+def run_bare_submits(endpoint: str, key: str, numbers: Iterator[int], pool: int, clients: int, warmup: int) -> List[float]:
+    """What any client on grpcio pays for this call: `clients` threads sharing
+    one grpcio channel (the client's options), each building the same
+    SubmitRequest from the generated messages, calling Submit with the same
+    wait and parsing the answer, with no countersign code between them."""
+    import grpc
+
+    from countersign import _core
+    from countersign.v1 import proposal_service_pb2, types_pb2
+
+    latencies: List[float] = []
+    lock = threading.Lock()
+    metadata = _core.metadata(key)
+    approved = types_pb2.PROPOSAL_STATE_APPROVED
+
+    def request(n: int) -> proposal_service_pb2.SubmitRequest:
+        wire = types_pb2.ProposalSpec(
+            action="bench_restart",
+            target=f"bench-{n % pool}",
+            reason="benchmark",
+            blast_radius=types_pb2.BLAST_RADIUS_SINGLE_DEVICE,
+            operator="bench",
+        )
+        setattr(wire, "class", types_pb2.OPERATION_CLASS_WRITE)
+        wire.parameters.update({"n": n})
+        submit = proposal_service_pb2.SubmitRequest(spec=wire)
+        submit.wait_for_decision.FromSeconds(60)
+        return submit
+
+    def client_loop(submit: Callable) -> None:
+        for n in numbers:
+            started = time.perf_counter()
+            proposal = submit(request(n), timeout=60, metadata=metadata).proposal
+            elapsed = (time.perf_counter() - started) * 1000
+            if proposal.state != approved:
+                raise SystemExit(f"proposal {proposal.id} was in state {proposal.state}, not approved")
+            if n >= warmup:
+                with lock:
+                    latencies.append(elapsed)
+
+    target = _core.parse_endpoint(endpoint).target
+    with grpc.insecure_channel(target, options=_core.channel_options()) as channel:
+        submit = channel.unary_unary(
+            "/countersign.v1.ProposalService/Submit",
+            request_serializer=proposal_service_pb2.SubmitRequest.SerializeToString,
+            response_deserializer=proposal_service_pb2.SubmitResponse.FromString,
+        )
+        in_threads(clients, client_loop, submit)
     return latencies
 
 
@@ -252,7 +306,9 @@ def main() -> None:
         # Before any channel: grpcio's threads inherit this thread's affinity.
         os.sched_setaffinity(0, {CLIENT_CPU})
     floor = "grpcio health check (floor)"
-    drivers = (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks), (floor, run_health_checks))
+    bare = "bare grpcio Submit, threads"
+    drivers = (("Python Client, threads", run_threads), ("Python AsyncClient", run_tasks), (bare, run_bare_submits),
+               (floor, run_health_checks))
     rounds: Dict[str, List[dict]] = {name: [] for name in ("Rust bench client", *(name for name, _ in drivers))}
     for _ in range(args.rounds):
         # Interleaved, so that a machine busier in one stretch weighs on all of them.

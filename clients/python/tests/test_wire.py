@@ -146,8 +146,13 @@ def test_every_field_of_a_proposal_is_read_into_its_namesake():
 
 
 def assert_same_types(read, expected, where="proposal"):
-    """Equal is not enough: True == 1 and (1,) != [1] only by type."""
-    assert type(read) is type(expected), where
+    """Equal is not enough: True == 1 and (1,) != [1] only by type. A
+    proposal read off the wire is a Proposal that converts its fields as they
+    are read (a subclass); everything inside it has the exact type."""
+    if type(expected) is countersign.Proposal:
+        assert isinstance(read, countersign.Proposal), where
+    else:
+        assert type(read) is type(expected), where
     if dataclasses.is_dataclass(expected):
         for field in dataclasses.fields(expected):
             name = field.name
@@ -160,6 +165,47 @@ def assert_same_types(read, expected, where="proposal"):
         assert len(read) == len(expected), where
         for n, (one, other) in enumerate(zip(read, expected)):
             assert_same_types(one, other, f"{where}[{n}]")
+
+
+def test_a_read_proposal_converts_only_the_fields_that_are_read():
+    read = _wire.proposal_from_wire(full_proposal())
+    assert read.state == "approved"
+    assert read.terminal
+    converted = set(vars(read)) - {"_wire"}
+    assert converted == {"state"}
+    assert read.decision.receipt.outcome == "approve"
+    assert set(vars(read)) - {"_wire"} == {"state", "decision"}
+    # Read again, the kept value: the same object.
+    assert read.decision is read.decision
+
+
+def test_a_read_proposal_is_a_frozen_proposal_like_any_other():
+    read = _wire.proposal_from_wire(full_proposal())
+    eager = countersign.Proposal(**{field.name: getattr(read, field.name) for field in dataclasses.fields(read)})
+    fresh = _wire.proposal_from_wire(full_proposal())
+    assert fresh == eager and eager == fresh and fresh == read
+    assert repr(_wire.proposal_from_wire(full_proposal())) == repr(eager)
+    assert dataclasses.asdict(_wire.proposal_from_wire(full_proposal())) == dataclasses.asdict(eager)
+    changed = dataclasses.replace(_wire.proposal_from_wire(full_proposal()), state="rejected")
+    assert changed.state == "rejected" and changed.id == "p-id" and changed != eager
+    assert _wire.proposal_from_wire(full_proposal()) != dataclasses.replace(eager, cancel_reason="another")
+    try:
+        read.state = "rejected"
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a read proposal took an assignment")
+    assert read.state == "approved"
+    try:
+        read.no_such_field
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("an unknown attribute read as something")
+
+
+def test_the_field_by_field_conversion_names_every_field_of_a_proposal():
+    assert _wire._PROPOSAL_NAMES == tuple(field.name for field in dataclasses.fields(countersign.Proposal))
 
 
 def test_absent_parts_of_a_proposal_read_as_none_or_empty():

@@ -412,6 +412,11 @@ impl Measured {
     fn decision(&self) -> Percentiles {
         Percentiles::of(self.tally.decision.as_ref().expect("histogram"))
     }
+
+    fn server_cpu_ms_per_decision(&self) -> f64 {
+        let decided = self.tally.outcomes.values().sum::<u64>().max(1) as f64;
+        self.usage.cpu_seconds * 1000.0 / decided
+    }
 }
 
 /// The machine's limits for a run on `production` (or the embedded default):
@@ -623,6 +628,20 @@ async fn submit_decide_on(
         ratios.insert(
             "grown / empty decision p99".to_owned(),
             grown.decision().p99_ms / empty.decision().p99_ms.max(1e-9),
+        );
+        // The server's own work per decision, apart from how much of the two
+        // cores the machine let it have in each half.
+        baselines.insert(
+            "empty_server_cpu_ms_per_decision".to_owned(),
+            empty.server_cpu_ms_per_decision(),
+        );
+        baselines.insert(
+            "grown_server_cpu_ms_per_decision".to_owned(),
+            grown.server_cpu_ms_per_decision(),
+        );
+        ratios.insert(
+            "grown / empty server cpu per decision".to_owned(),
+            grown.server_cpu_ms_per_decision() / empty.server_cpu_ms_per_decision().max(1e-9),
         );
         for (k, v) in &grown.tally.outcomes {
             *outcomes.entry(format!("grown {k}")).or_default() += v;

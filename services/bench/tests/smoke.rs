@@ -294,6 +294,17 @@ fn a_tiny_growth_run_measures_again_after_seeding_decided_proposals() {
             .unwrap()
             > 0.0
     );
+    // Each half's server CPU per decision; the grown half's is the headline
+    // server usage over its 20 decisions.
+    let per_decision = |half: &str| {
+        report["baselines"][format!("{half}_server_cpu_ms_per_decision")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{half}: {report}"))
+    };
+    assert!(per_decision("empty").is_finite(), "{report}");
+    let grown_cpu = report["server"]["cpu_seconds"].as_f64().unwrap() * 1000.0 / 20.0;
+    assert!((per_decision("grown") - grown_cpu).abs() < 1e-9, "{report}");
+    assert!(report["ratios"]["grown / empty server cpu per decision"].is_number());
 }
 
 #[test]
