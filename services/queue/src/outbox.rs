@@ -5,9 +5,11 @@
 //! answers: once `Submit` answers OK the row is there, whatever the queue's
 //! state. The store reads and marks the rows through [`Outbox`] (PostgreSQL:
 //! `store/src/postgres/outbox.rs`); the [`Publisher`] then enqueues unpublished rows (enqueue is
-//! idempotent per proposal) and marks them. It wakes on a submission in this
-//! process and polls for the others'. With Redis down, rows stay unpublished
-//! and are published when it answers again. The [`Sweeper`] covers what the
+//! idempotent per proposal) and marks them. A submission committed in this
+//! process is published by its key as soon as it commits, without reading the
+//! outbox; every `poll` the publisher reads the outbox for the rest (other
+//! processes' rows, and any it could not publish). With Redis down, rows stay
+//! unpublished and are published when it answers again. The [`Sweeper`] covers what the
 //! outbox alone cannot: an entry published and then lost (Redis restarted
 //! without persistence). It pages through every undecided proposal and
 //! re-enqueues those Redis has no entry for. A redundant entry (its proposal
@@ -19,6 +21,7 @@ use std::{pin::Pin, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use countersign_domain::ReviewKey;
 use countersign_peers::Peers;
+use futures::FutureExt;
 use tokio::task::JoinSet;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -41,10 +44,9 @@ pub trait Outbox: Send + Sync + 'static {
     async fn undecided(&self, after: Option<&str>, limit: u32) -> Result<Vec<ReviewKey>>;
 }
 
-/// Yields once for each proposal submitted in this process (or whenever some
-/// may have been missed), so the publisher publishes it at once rather than at
-/// its next poll.
-pub type Submissions = Pin<Box<dyn Stream<Item = ()> + Send>>;
+/// This process's submissions as they commit: the proposal's key, or `None`
+/// when some may have been missed (the publisher then reads the outbox).
+pub type Submissions = Pin<Box<dyn Stream<Item = Option<ReviewKey>> + Send>>;
 
 #[derive(Debug, Clone)]
 pub struct OutboxConfig {
@@ -77,10 +79,26 @@ pub struct Publisher {
     pub config: OutboxConfig,
 }
 
+/// What the publisher does next.
+enum Round {
+    /// Reads a batch of unpublished rows from the outbox and publishes them.
+    Scan,
+    /// Publishes these submissions of this process; then scans if some may
+    /// have been missed.
+    Submitted(Vec<ReviewKey>, bool),
+}
+
 impl Publisher {
-    /// Publishes one batch; returns how many rows it published.
+    /// Publishes one batch read from the outbox; returns how many rows it
+    /// published.
     pub async fn publish_once(&self) -> Result<usize> {
-        let mut keys = self.outbox.unpublished(self.config.batch).await?;
+        let keys = self.outbox.unpublished(self.config.batch).await?;
+        self.publish(keys).await
+    }
+
+    /// Enqueues `keys` and marks what reached Redis published; returns how
+    /// many.
+    async fn publish(&self, mut keys: Vec<ReviewKey>) -> Result<usize> {
         let pairs: Vec<(&str, &str)> = keys
             .iter()
             .map(|k| (k.tenant.as_str(), k.id.as_str()))
@@ -98,12 +116,27 @@ impl Publisher {
         Ok(keys.len())
     }
 
-    /// Publishes until `stop`: at once after each of `submitted` (this
-    /// process's submissions), else every `config.poll`.
+    /// Publishes until `stop`: each of `submitted` (this process's
+    /// submissions) by its key as it arrives, with those that arrived beside
+    /// it; and every `config.poll`, however busy the submissions, what the
+    /// outbox holds unpublished.
     pub async fn run(self, mut submitted: Submissions, stop: CancellationToken) {
         let mut failing = false;
+        let mut scan = tokio::time::interval(self.config.poll);
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut round = Round::Scan;
         while !stop.is_cancelled() {
-            match self.publish_once().await {
+            let (published, full) = match round {
+                Round::Scan => {
+                    scan.reset();
+                    let published = self.publish_once().await;
+                    let full =
+                        matches!(published, Ok(n) if n as u64 >= u64::from(self.config.batch));
+                    (published, full)
+                }
+                Round::Submitted(keys, missed) => (self.publish(keys).await, missed),
+            };
+            match published {
                 Ok(n) => {
                     if failing {
                         tracing::info!("outbox publishing again");
@@ -111,9 +144,6 @@ impl Publisher {
                     }
                     if n > 0 {
                         metrics::counter!("countersign_outbox_published_total").increment(n as u64);
-                    }
-                    if n as u64 >= u64::from(self.config.batch) {
-                        continue;
                     }
                 }
                 Err(error) => {
@@ -123,19 +153,43 @@ impl Publisher {
                     }
                 }
             }
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = submission(&mut submitted) => {}
-                () = tokio::time::sleep(self.config.poll) => {}
+            // A full batch, or submissions that may have gone unheard: read
+            // the outbox again at once.
+            if full {
+                round = Round::Scan;
+                continue;
+            }
+            round = tokio::select! {
+                () = stop.cancelled() => break,
+                _ = scan.tick() => Round::Scan,
+                first = submission(&mut submitted) => self.gather(first, &mut submitted),
+            };
+        }
+    }
+
+    /// The round for a submission heard (`None`: some may have been missed)
+    /// and the others already waiting behind it, up to a batch.
+    fn gather(&self, first: Option<ReviewKey>, submitted: &mut Submissions) -> Round {
+        let Some(first) = first else {
+            return Round::Scan;
+        };
+        let mut keys = vec![first];
+        while keys.len() < self.config.batch as usize {
+            match submitted.next().now_or_never() {
+                Some(Some(Some(key))) => keys.push(key),
+                Some(Some(None)) => return Round::Submitted(keys, true),
+                Some(None) | None => break,
             }
         }
+        Round::Submitted(keys, false)
     }
 }
 
-/// Resolves at the next submission (never, once the stream has ended).
-async fn submission(submitted: &mut Submissions) {
-    if submitted.next().await.is_none() {
-        std::future::pending().await
+/// The next submission (never resolves once the stream has ended).
+async fn submission(submitted: &mut Submissions) -> Option<ReviewKey> {
+    match submitted.next().await {
+        Some(key) => key,
+        None => std::future::pending().await,
     }
 }
 

@@ -105,25 +105,33 @@ fn retry_all(
     out
 }
 
-/// This process's submissions, as the wake-ups of the outbox publisher: one
+/// This process's submissions as they commit, for the outbox publisher: one
 /// item for each [`submission`].
 pub fn submissions(store: &dyn Changes) -> Submissions {
     Box::pin(futures::stream::unfold(
         store.subscribe(),
         |mut events| async move {
-            submission(&mut events).await;
-            Some(((), events))
+            let key = submission(&mut events).await;
+            Some((key, events))
         },
     ))
 }
 
-/// Resolves when a proposal is submitted in this process (or events were lost).
-async fn submission(events: &mut broadcast::Receiver<countersign_store::StoreEvent>) {
+/// The next proposal submitted in this process, once it has committed;
+/// `None` when events were lost (some may have been missed).
+async fn submission(
+    events: &mut broadcast::Receiver<countersign_store::StoreEvent>,
+) -> Option<ReviewKey> {
     loop {
         match events.recv().await {
-            Ok(event) if event.kind == EventKind::Submitted => return,
+            Ok(event) if event.kind == EventKind::Submitted => {
+                return Some(ReviewKey {
+                    tenant: event.tenant,
+                    id: event.proposal_id,
+                });
+            }
             Ok(_) => continue,
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Lagged(_)) => return None,
             Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
@@ -236,7 +244,7 @@ impl Worker {
             }
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = submission(&mut events) => {}
+                _ = submission(&mut events) => {}
                 () = enqueued_here(&mut enqueued) => {}
                 () = tokio::time::sleep(self.config.idle_poll) => {}
             }
