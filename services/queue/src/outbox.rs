@@ -83,9 +83,9 @@ pub struct Publisher {
 enum Round {
     /// Reads a batch of unpublished rows from the outbox and publishes them.
     Scan,
-    /// Publishes these submissions of this process; then scans if some may
-    /// have been missed.
-    Submitted(Vec<ReviewKey>, bool),
+    /// Publishes these submissions of this process; then scans when some
+    /// may have been missed.
+    Submitted { keys: Vec<ReviewKey>, missed: bool },
 }
 
 impl Publisher {
@@ -126,7 +126,9 @@ impl Publisher {
         scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut round = Round::Scan;
         while !stop.is_cancelled() {
-            let (published, full) = match round {
+            // A full batch, or submissions that may have gone unheard: read
+            // the outbox again at once.
+            let (published, scan_again) = match round {
                 Round::Scan => {
                     scan.reset();
                     let published = self.publish_once().await;
@@ -134,7 +136,7 @@ impl Publisher {
                         matches!(published, Ok(n) if n as u64 >= u64::from(self.config.batch));
                     (published, full)
                 }
-                Round::Submitted(keys, missed) => (self.publish(keys).await, missed),
+                Round::Submitted { keys, missed } => (self.publish(keys).await, missed),
             };
             match published {
                 Ok(n) => {
@@ -153,9 +155,7 @@ impl Publisher {
                     }
                 }
             }
-            // A full batch, or submissions that may have gone unheard: read
-            // the outbox again at once.
-            if full {
+            if scan_again {
                 round = Round::Scan;
                 continue;
             }
@@ -177,11 +177,14 @@ impl Publisher {
         while keys.len() < self.config.batch as usize {
             match submitted.next().now_or_never() {
                 Some(Some(Some(key))) => keys.push(key),
-                Some(Some(None)) => return Round::Submitted(keys, true),
+                Some(Some(None)) => return Round::Submitted { keys, missed: true },
                 Some(None) | None => break,
             }
         }
-        Round::Submitted(keys, false)
+        Round::Submitted {
+            keys,
+            missed: false,
+        }
     }
 }
 

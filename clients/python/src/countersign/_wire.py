@@ -210,7 +210,9 @@ _PROPOSAL_NAMES = tuple(_PROPOSAL_FIELDS)
 class _ProposalFromWire(Proposal):
     """A :class:`Proposal` read from an answer: each field is converted from
     the message the first time it is read, then kept. Frozen, equal to and
-    hashed as the Proposal with the same fields."""
+    hashed as the Proposal with the same fields, and printed as one."""
+
+    __qualname__ = "Proposal"
 
     def __getattr__(self, name: str) -> Any:
         # Only for attributes not yet set: a field not read before.
@@ -228,10 +230,6 @@ class _ProposalFromWire(Proposal):
         return all(getattr(self, name) == getattr(other, name) for name in _PROPOSAL_NAMES)
 
     __hash__ = Proposal.__hash__
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _PROPOSAL_NAMES)
-        return f"Proposal({fields})"
 
 
 def proposal_from_wire(wire: types_pb2.Proposal) -> Proposal:
