@@ -30,7 +30,9 @@ pub use proposals::BY_KEY as PROPOSAL_BY_KEY;
 mod reference;
 mod review;
 #[doc(hidden)]
-pub use review::{BEGIN_REVIEW, DECIDED_STATE, LOCK_FOR_DECISION, OVERDUE, candidates_query};
+pub use review::{
+    BEGIN_REVIEWS, DECIDED_STATES, LOCK_FOR_DECISION, LOCK_FOR_DECISIONS, OVERDUE, candidates_query,
+};
 mod roles;
 mod routes;
 mod scope;

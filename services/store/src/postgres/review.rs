@@ -71,18 +71,25 @@ async fn resume_in(
     })
 }
 
-/// Moves one PENDING proposal (`$3`, of tenant `$2`) to REVIEWING at `$1`.
-/// By key alone: the tenant and state are compared with `IS NOT DISTINCT
-/// FROM`, which no index answers, so the plan a connection caches for it (all
-/// scalar parameters: PostgreSQL settles on one plan) reads the primary key
-/// whatever the table's statistics. The batch's one `= ANY(array)` statement
-/// it replaces was planned on every run (its cost guessed for an array of
-/// unknown size), ~0.3 ms of planning per batch.
+/// Moves a batch's PENDING proposals (ids `$3`, of tenant `$2`, in id order)
+/// to REVIEWING at `$1`, in one statement, each locked in turn in the order
+/// given (every writer locks rows in id order) and returned. Each is found by
+/// key alone, through a lateral lookup per id whose tenant and state are
+/// compared with `IS NOT DISTINCT FROM` (no index answers it), and then
+/// updated by its row's address (`ctid`): the one plan a connection caches for
+/// it (`scope::GENERIC_PLANS`) reads the primary key and no other index,
+/// whatever the table's statistics say. A plain `id = ANY($3)` is planned on
+/// guesses: on a young table the row-level-security predicate's tenant index
+/// ties with the key, and the batch then reads every row of the tenant.
 #[doc(hidden)]
-pub const BEGIN_REVIEW: &str =
+pub const BEGIN_REVIEWS: &str =
     "UPDATE proposals SET state = 'reviewing', review_started_at = $1, updated_at = $1
-     WHERE id = $3 AND (tenant, state) IS NOT DISTINCT FROM ($2, 'pending')
-     RETURNING *";
+     FROM (SELECT p.ctid AS row_at FROM unnest($3::text[]) AS b(id)
+           CROSS JOIN LATERAL (SELECT ctid FROM proposals
+               WHERE id = b.id AND (tenant, state) IS NOT DISTINCT FROM ($2, 'pending')
+               LIMIT 1 FOR UPDATE) p) locked
+     WHERE proposals.ctid = locked.row_at
+     RETURNING proposals.*";
 
 /// Every operation that may block one of a batch's proposals (the
 /// parallel-operation gate), in one tenant: open or recently approved, on one
@@ -94,8 +101,11 @@ pub const BEGIN_REVIEW: &str =
 /// (on a young table, whose statistics say it is empty, the planner did just
 /// that: 150–400 ms a batch after 6,000 proposals). A proposal found by two
 /// branches comes twice; `blocks` (domain) then picks each proposal's own and
-/// the caller drops repeats. One query per batch and tenant, not one per
-/// proposal: planning it for its parameters (`scope::CUSTOM_PLANS`) costs about 2 ms.
+/// the caller drops repeats. Each candidate's cluster is one lookup by the
+/// target's key: joined as a table, a young `targets` (statistics of a handful
+/// of rows) was read whole and compared with every candidate. One query per
+/// batch and tenant, not one per proposal: planning it for its parameters
+/// (`scope::CUSTOM_PLANS`) costs about 2 ms.
 #[doc(hidden)]
 pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     const COLUMNS: &str = "id, action, target, blast_radius, state, created_at, decided_at";
@@ -144,7 +154,9 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     format!(
         "SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
                 t.cluster
-         FROM ({}) p LEFT JOIN targets t ON t.tenant = $1 AND t.id = p.target",
+         FROM ({}) p
+         LEFT JOIN LATERAL (SELECT cluster FROM targets WHERE tenant = $1 AND id = p.target
+                            LIMIT 1) t ON true",
         branches.join("\n         UNION ALL ")
     )
 }
@@ -154,10 +166,18 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
 type ApprovalFacts = (String, Option<i64>, Option<bool>, Option<String>);
 
 /// Locks a proposal (`$2`, of tenant `$1`) for its decision: by key alone,
-/// for the reason [`BEGIN_REVIEW`] gives.
+/// for the reason [`BEGIN_REVIEWS`] gives.
 #[doc(hidden)]
 pub const LOCK_FOR_DECISION: &str = "SELECT id, state, target, operator FROM proposals
      WHERE id = $2 AND tenant IS NOT DISTINCT FROM $1 FOR UPDATE";
+
+/// [`LOCK_FOR_DECISION`] for a batch (ids `$2`, in id order), in one
+/// statement: a lateral lookup by key per id, each row locked in turn.
+#[doc(hidden)]
+pub const LOCK_FOR_DECISIONS: &str = "SELECT p.id, p.state, p.target, p.operator
+     FROM unnest($2::text[]) AS b(id)
+     CROSS JOIN LATERAL (SELECT id, state, target, operator FROM proposals
+         WHERE id = b.id AND tenant IS NOT DISTINCT FROM $1 LIMIT 1 FOR UPDATE) p";
 
 /// The first phase of one tenant's part of [`record_many`], in its scope:
 /// locks the proposals (in id order) and reads, for the approvals, the SOPs
@@ -170,15 +190,12 @@ async fn lock_tenant(
     let mut ids: Vec<&str> = items.iter().map(|(k, _)| k.id.as_str()).collect();
     // In id order (see `scope::by_tenant`).
     ids.sort_unstable();
-    let mut rows = Vec::with_capacity(ids.len());
-    for id in ids {
-        let row: Option<(String, String, String, String)> = sqlx::query_as(LOCK_FOR_DECISION)
-            .bind(tenant)
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-        rows.extend(row);
-    }
+    ids.dedup();
+    let rows: Vec<(String, String, String, String)> = sqlx::query_as(LOCK_FOR_DECISIONS)
+        .bind(tenant)
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?;
 
     // Approvals: the SOP and target as they are at commit, in one statement.
     let targets: HashMap<&str, &str> = rows
@@ -248,25 +265,29 @@ async fn log_discarded(
     Ok(())
 }
 
-/// One proposal takes its decided state (`$4`, at `$5`) if it is still in
-/// `$6`, one statement per proposal, written so that only the primary key can
-/// serve it: tenant and state are compared with `IS NOT DISTINCT FROM`, which
-/// no index answers (both columns are NOT NULL, so it is plain equality).
-/// PostgreSQL plans on guesses while a table is young (a handful of rows for
-/// any tenant and state), and a tenant-and-state index then ties with the key:
-/// it was chosen, and read every proposal of the tenant in that state. Before
-/// this the batch was one `jsonb_to_recordset` joined to `proposals`, which
-/// PostgreSQL guesses at 100 rows: it hashed the whole table for every batch
-/// (a fresh deployment's first tens of thousands; 5 ms a batch at 10,000).
-#[doc(hidden)]
 /// The reviews started before `$1`, oldest first, at most `$2`: a range of
 /// `proposals_reviewing`, which holds the proposals under review only.
 pub const OVERDUE: &str = "SELECT tenant, id, review_started_at FROM proposals
 WHERE state = 'reviewing' AND review_started_at < $1
 ORDER BY review_started_at LIMIT $2";
 
-pub const DECIDED_STATE: &str = "UPDATE proposals SET state = $4, decided_at = $5, updated_at = $2
-     WHERE id = $3 AND (tenant, state) IS NOT DISTINCT FROM ($1, $6)";
+/// A batch's proposals (ids `$3`, of tenant `$1`) take their decided states
+/// (`$4`, at `$5`, `updated_at` `$2`) if each is still in its state of `$6`,
+/// in one statement: each found by key and updated by its row's address, for
+/// the reason [`BEGIN_REVIEWS`] gives (the rows are locked already, by
+/// [`LOCK_FOR_DECISIONS`]). Before per-proposal statements the batch was one
+/// `jsonb_to_recordset` joined to `proposals`, which PostgreSQL guesses at 100
+/// rows: it hashed the whole table for every batch (a fresh deployment's first
+/// tens of thousands; 5 ms a batch at 10,000).
+#[doc(hidden)]
+pub const DECIDED_STATES: &str =
+    "UPDATE proposals SET state = decided.next, decided_at = decided.at, updated_at = $2
+     FROM (SELECT p.ctid AS row_at, b.next, b.at
+           FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[]) AS b(id, next, at, prev)
+           CROSS JOIN LATERAL (SELECT ctid FROM proposals
+               WHERE id = b.id AND (tenant, state) IS NOT DISTINCT FROM ($1, b.prev)
+               LIMIT 1) p) decided
+     WHERE proposals.ctid = decided.row_at";
 
 /// The second phase, first half: one tenant's proposals take their decided
 /// states (their events are written at commit).
@@ -277,19 +298,21 @@ async fn change_states(
     now: Millis,
 ) -> Result<()> {
     let expected = writes.len() as u64;
-    let mut updated = 0;
-    for write in writes {
-        updated += sqlx::query(DECIDED_STATE)
-            .bind(tenant)
-            .bind(now)
-            .bind(&write.key.id)
-            .bind(write.next.as_str())
-            .bind(write.decision.decided_at)
-            .bind(write.prev.as_str())
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-    }
+    let updated = sqlx::query(DECIDED_STATES)
+        .bind(tenant)
+        .bind(now)
+        .bind(writes.iter().map(|w| w.key.id.as_str()).collect::<Vec<_>>())
+        .bind(writes.iter().map(|w| w.next.as_str()).collect::<Vec<_>>())
+        .bind(
+            writes
+                .iter()
+                .map(|w| w.decision.decided_at)
+                .collect::<Vec<_>>(),
+        )
+        .bind(writes.iter().map(|w| w.prev.as_str()).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
     if updated != expected {
         // Something moved under us: write nothing, let the reviews retry.
         return Err(StoreError::FailedPrecondition(
@@ -366,26 +389,36 @@ impl Reviews for PostgresStore {
         let now = now_ms();
         let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
         let mut began = vec![false; items.len()];
+        let mut scoped = scope::TenantScope::planned_once();
         for (tenant, mut indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
-            scope::enter_tenant(&mut tx, &tenant).await?;
+            scoped.enter(&mut tx, &tenant).await?;
             // Rows are locked in id order (see `scope::by_tenant`); a proposal
             // that is not PENDING is not locked, and resumed as it is.
             indices.sort_by(|&a, &b| items[a].id.cmp(&items[b].id));
+            let mut ids: Vec<&str> = indices.iter().map(|&i| items[i].id.as_str()).collect();
+            ids.dedup();
+            let rows = sqlx::query(BEGIN_REVIEWS)
+                .bind(now)
+                .bind(&tenant)
+                .bind(&ids)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut moved = HashMap::with_capacity(rows.len());
+            for row in rows {
+                let proposal = crate::rows::proposal_from_row(&row)?;
+                let trace_parent: Option<String> = row.try_get("trace_parent")?;
+                moved.insert(proposal.id.clone(), (proposal, trace_parent));
+            }
             for i in indices {
                 let id = &items[i].id;
-                let row = sqlx::query(BEGIN_REVIEW)
-                    .bind(now)
-                    .bind(&tenant)
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                out[i] = Some(match row {
-                    Some(row) => {
+                // A key given twice is begun once and resumed the second time.
+                out[i] = Some(match moved.remove(id) {
+                    Some((proposal, trace_parent)) => {
                         began[i] = true;
                         BeginReview::Reviewing {
-                            proposal: Box::new(crate::rows::proposal_from_row(&row)?),
+                            proposal: Box::new(proposal),
                             started_at: now,
-                            trace_parent: row.try_get("trace_parent")?,
+                            trace_parent,
                         }
                     }
                     None => resume_in(&mut tx, &tenant, id, now).await?,
@@ -499,7 +532,7 @@ impl Reviews for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let now = now_ms();
         let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
-        let mut scoped = scope::TenantScope::default();
+        let mut scoped = scope::TenantScope::planned_once();
         let mut prepared = Vec::new();
         for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
             scoped.enter(&mut tx, &tenant).await?;

@@ -33,14 +33,39 @@ pub async fn tenant_planned_per_run(pool: &PgPool, tenant: &str) -> Result<Tx> {
 /// tenants: moving to the tenant it is already in costs no statement (a
 /// one-tenant batch switches once, not once per phase).
 #[derive(Default)]
-pub struct TenantScope(Option<String>);
+pub struct TenantScope {
+    current: Option<String>,
+    /// Settings for the whole transaction, sent with the first move.
+    settings: Option<&'static str>,
+}
 
 impl TenantScope {
-    pub async fn enter(&mut self, conn: &mut PgConnection, tenant: &str) -> Result<()> {
-        if self.0.as_deref() != Some(tenant) {
-            enter_tenant(conn, tenant).await?;
-            self.0 = Some(tenant.to_owned());
+    /// A scope whose transaction plans every statement once ([`GENERIC_PLANS`]),
+    /// set with its first move at no statement of its own.
+    pub fn planned_once() -> TenantScope {
+        TenantScope {
+            current: None,
+            settings: Some(GENERIC_PLANS),
         }
+    }
+
+    pub async fn enter(&mut self, conn: &mut PgConnection, tenant: &str) -> Result<()> {
+        if self.current.as_deref() == Some(tenant) {
+            return Ok(());
+        }
+        match self.settings.take() {
+            Some(settings) => {
+                sqlx::query(&format!(
+                    "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true),
+                            {settings}"
+                ))
+                .bind(tenant)
+                .execute(conn)
+                .await?;
+            }
+            None => enter_tenant(conn, tenant).await?,
+        }
+        self.current = Some(tenant.to_owned());
         Ok(())
     }
 }
