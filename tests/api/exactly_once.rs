@@ -249,6 +249,7 @@ async fn a_restart_with_a_thousand_pending_proposals_decides_every_one_exactly_o
         let created = app
             .store
             .insert_proposal(NewProposal {
+                id: NewProposal::new_id(),
                 tenant: "acme".into(),
                 spec,
                 submitted_by: "bulk".into(),

@@ -139,3 +139,58 @@ async fn without_a_callers_context_the_review_still_continues_the_submit_calls_t
     assert_eq!(review.parent_span_id, submit.span_context.span_id());
     app.stop().await;
 }
+
+/// The finished spans named `name` whose `id` attribute is `id`.
+fn finished_about(name: &str, id: &str) -> Vec<SpanData> {
+    exporter()
+        .get_finished_spans()
+        .expect("in-memory spans")
+        .into_iter()
+        .filter(|s| s.name == name && attribute(s, "id").as_deref() == Some(id))
+        .collect()
+}
+
+/// A Submit that waits listens for its proposal's end from before the insert
+/// commits: the decision reaches it from the fan-out, and the proposal is
+/// never read back from the store for it. An AwaitDecision for the same
+/// proposal afterwards does read it (so the spans this looks for are seen).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_submit_learns_its_decision_without_reading_the_proposal_back() {
+    exporter();
+    let app = TestApp::spawn_reviewing(1).await;
+    let key = app.key("acme", Role::Coordinator).await;
+    let answer = app
+        .client(&key)
+        .await
+        .submit(SubmitRequest {
+            spec: Some(wire_spec()),
+            wait_for_decision: Some(prost_types::Duration {
+                seconds: 10,
+                nanos: 0,
+            }),
+        })
+        .await
+        .expect("submitted")
+        .into_inner();
+    let proposal = answer.proposal.expect("a proposal");
+    assert!(proposal.decision.is_some(), "decided: {proposal:?}");
+    finished("api.proposal.submit", &proposal.id).await;
+    assert_eq!(
+        finished_about("store.sqlite.get_proposal", &proposal.id).len(),
+        0,
+        "a waiting submit read its proposal back"
+    );
+
+    app.await_decision(&key, &proposal.id, Duration::from_secs(10))
+        .await
+        .expect("decided");
+    let started = Instant::now();
+    while finished_about("store.sqlite.get_proposal", &proposal.id).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "AwaitDecision's read of the proposal is seen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.stop().await;
+}

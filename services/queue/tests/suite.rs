@@ -392,6 +392,7 @@ async fn a_proposal_submitted_to_the_embedded_store_is_already_queued() {
     let spec = countersign_test_support::fixtures::spec();
     let outcome = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: "a".into(),
             spec,
             submitted_by: "t".into(),

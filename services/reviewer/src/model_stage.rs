@@ -677,6 +677,7 @@ mod tests {
         store.create_tenant("acme").await.unwrap();
         store
             .insert_proposal(NewProposal {
+                id: NewProposal::new_id(),
                 tenant: "acme".into(),
                 spec: fixtures::spec(),
                 submitted_by: "tester".into(),

@@ -77,6 +77,7 @@ async fn tenant(store: &DynStore, tenant: &str, status: TargetStatus, with_sop: 
 async fn submit(store: &DynStore, tenant: &str) -> String {
     store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: fixtures::spec(),
             submitted_by: "tester".into(),

@@ -65,6 +65,7 @@ async fn store() -> (DynStore, EmbeddedQueue, tempfile::TempDir) {
 async fn submit(store: &DynStore, redis: Option<&RedisQueue>, tenant: &str, n: usize) -> String {
     let outcome = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: spec_on(&format!("{tenant}-{n:02}")),
             submitted_by: "tester".into(),

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
     let outcome = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: "acme".into(),
             spec: spec_on(target),
             submitted_by: "tester".into(),
@@ -117,6 +118,7 @@ async fn acme_and_deaf_workers(
 async fn stored(store: &DynStore) -> String {
     store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: "acme".into(),
             spec: spec_on("node-01"),
             submitted_by: "tester".into(),

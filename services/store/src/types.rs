@@ -84,6 +84,11 @@ pub struct BootstrapKey {
 
 #[derive(Debug, Clone)]
 pub struct NewProposal {
+    /// The id the proposal takes ([`NewProposal::new_id`]), chosen before the
+    /// insert so that a caller can wait for its decision from before it is
+    /// committed. A submission answered by an earlier proposal (its
+    /// idempotency key taken) is that proposal, with its own id.
+    pub id: String,
     pub tenant: String,
     pub spec: ProposalSpec,
     pub submitted_by: String,
@@ -99,6 +104,11 @@ pub struct NewProposal {
 }
 
 impl NewProposal {
+    /// A fresh proposal id: a ULID, so ids sort by the time they were made.
+    pub fn new_id() -> String {
+        ulid::Ulid::new().to_string()
+    }
+
     /// The proposal as its row was just inserted: `id`, PENDING since `now`.
     pub(crate) fn into_pending(self, id: String, now: Millis) -> Proposal {
         Proposal {

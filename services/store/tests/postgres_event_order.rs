@@ -11,6 +11,7 @@ use sqlx::Connection;
 
 fn new_proposal(tenant: &str) -> NewProposal {
     NewProposal {
+        id: NewProposal::new_id(),
         tenant: tenant.into(),
         spec: ProposalSpec {
             action: "host_restart_service".into(),

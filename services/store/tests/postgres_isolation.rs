@@ -90,6 +90,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
     store.put_model_profile(tenant, &profile).await.unwrap();
     let p = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: spec(),
             submitted_by: "tester".into(),
@@ -152,6 +153,7 @@ async fn escalate_with_a_vote(store: &DynStore, tenant: &str) {
     store.put_route(tenant, &route).await.unwrap();
     let escalated = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: spec(),
             submitted_by: "tester".into(),

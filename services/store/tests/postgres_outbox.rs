@@ -9,6 +9,7 @@ use countersign_test_support::{fixtures::spec_on, postgres::TestDatabase};
 async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
     let proposal = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: spec_on(target),
             submitted_by: "tester".into(),

@@ -55,6 +55,7 @@ async fn proposal_events(
 
 fn new_proposal(tenant: &str, key: &str) -> NewProposal {
     NewProposal {
+        id: NewProposal::new_id(),
         tenant: tenant.into(),
         spec: spec(key),
         submitted_by: "tester".into(),

@@ -57,6 +57,7 @@ async fn assert_numbered_on(store: DynStore) {
     for tenant in ["a", "a", "b", "c"] {
         store
             .insert_proposal(NewProposal {
+                id: NewProposal::new_id(),
                 tenant: tenant.into(),
                 spec: spec(),
                 submitted_by: "tester".into(),
@@ -80,6 +81,7 @@ async fn assert_numbered_on(store: DynStore) {
     let new_tenant = store.create_tenant("d").await.unwrap();
     store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: new_tenant.name.clone(),
             spec: spec(),
             submitted_by: "tester".into(),

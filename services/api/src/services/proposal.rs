@@ -21,7 +21,7 @@ use countersign_domain::now_ms;
 use super::view::{Viewer, Views};
 use crate::{
     context::{Caller, require_id},
-    fanout::Fanout,
+    fanout::{Fanout, Waiter},
     layers::timeout::CallDeadline,
     suppression::{Entry, Refusal, Suppression},
     trace_context,
@@ -132,16 +132,21 @@ impl ProposalApi {
     /// The one wait for a decision (`AwaitDecision`, and a `Submit` that
     /// waits): until proposal `id` is terminal, `until` passes (none: only
     /// the call's deadline ends it) or the server begins to shut down.
+    /// `registered` is a waiter for `id` made before the proposal was
+    /// committed, PENDING: no decision can have been published before it, so
+    /// the first read of the store is not needed.
     async fn wait_for_end(
         &self,
         caller: &Caller,
         id: &str,
         until: Option<Instant>,
+        registered: Option<Waiter>,
     ) -> Result<Waited, Status> {
         let tenant = caller.tenant.name.as_str();
         let mut closing = self.fanout.closing();
         // Register before the first read, so a decision in between is not missed.
-        let mut ended = self.fanout.await_end(tenant, id);
+        let mut read = registered.is_none();
+        let mut ended = registered.unwrap_or_else(|| self.fanout.await_end(tenant, id));
         let end = async {
             match until {
                 Some(until) => tokio::time::sleep_until(until).await,
@@ -150,17 +155,20 @@ impl ProposalApi {
         };
         tokio::pin!(end);
         loop {
-            let proposal = self
-                .store
-                .get_proposal(tenant, id)
-                .await
-                .or_status()?
-                .ok_or_else(|| not_found(id))?;
-            if proposal.state.is_terminal() {
-                return Ok(Waited::Decided(Box::new(
-                    self.views.decided(&proposal, Viewer::of(caller)),
-                )));
+            if read {
+                let proposal = self
+                    .store
+                    .get_proposal(tenant, id)
+                    .await
+                    .or_status()?
+                    .ok_or_else(|| not_found(id))?;
+                if proposal.state.is_terminal() {
+                    return Ok(Waited::Decided(Box::new(
+                        self.views.decided(&proposal, Viewer::of(caller)),
+                    )));
+                }
             }
+            read = true;
             tokio::select! {
                 published = &mut ended => match published {
                     Some(published) => {
@@ -185,12 +193,16 @@ impl ProposalApi {
         caller: &Caller,
         proposal: &countersign_domain::Proposal,
         wait: Option<Wait>,
+        registered: Option<Waiter>,
     ) -> Result<Proposal, Status> {
         let viewer = Viewer::of(caller);
         let Some(wait) = wait.filter(|_| !proposal.state.is_terminal()) else {
             return self.views.proposal(proposal, viewer).await;
         };
-        match self.wait_for_end(caller, &proposal.id, wait.until).await? {
+        match self
+            .wait_for_end(caller, &proposal.id, wait.until, registered)
+            .await?
+        {
             Waited::Decided(view) => Ok(*view),
             Waited::Open | Waited::Closing => {
                 let now = self
@@ -244,7 +256,7 @@ impl ProposalService for ProposalApi {
                 .or_status()?;
             if let Some(earlier) = earlier {
                 tracing::Span::current().record("proposal_id", earlier.id.as_str());
-                let view = Box::pin(self.shown(&caller, &earlier, wait)).await?;
+                let view = Box::pin(self.shown(&caller, &earlier, wait, None)).await?;
                 return Ok(deduplicated(view));
             }
             match refusal {
@@ -266,9 +278,14 @@ impl ProposalService for ProposalApi {
                 }
             }
         }
+        let id = NewProposal::new_id();
+        // A waiting call listens for the proposal's end from before it is
+        // committed: it then learns of a decision without reading the store.
+        let waiter = wait.map(|_| self.fanout.await_end(&caller.tenant.name, &id));
         let outcome = self
             .store
             .insert_proposal(NewProposal {
+                id: id.clone(),
                 tenant: caller.tenant.name.clone(),
                 spec,
                 submitted_by: caller.principal.name.clone(),
@@ -283,8 +300,10 @@ impl ProposalService for ProposalApi {
         let proposal = outcome.proposal();
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
-        // A deduplicated one may be waiting for people.
-        let view = Box::pin(self.shown(&caller, proposal, wait)).await?;
+        // An earlier proposal (its idempotency key) is waited for as it is
+        // now: it may be decided already, or waiting for people.
+        let registered = waiter.filter(|_| !deduplicated && proposal.id == id);
+        let view = Box::pin(self.shown(&caller, proposal, wait, registered)).await?;
         Ok(Response::new(SubmitResponse {
             proposal: Some(view),
             deduplicated,
@@ -352,7 +371,7 @@ impl ProposalService for ProposalApi {
         tracing::Span::current().record("proposal_id", id.as_str());
         // The call's deadline (the timeout layer) ends the wait with
         // DEADLINE_EXCEEDED.
-        match self.wait_for_end(&caller, &id, None).await? {
+        match self.wait_for_end(&caller, &id, None, None).await? {
             Waited::Decided(view) => Ok(Response::new(*view)),
             Waited::Open => Err(Status::deadline_exceeded(format!(
                 "proposal `{id}` is not decided yet"

@@ -38,7 +38,7 @@ pub struct NewRow {
 impl NewRow {
     pub fn of(new: &NewProposal) -> NewRow {
         NewRow {
-            id: ulid::Ulid::new().to_string(),
+            id: new.id.clone(),
             spec_json: new.spec.canonical_json(),
             digest: new.spec.digest(),
             key: (!new.spec.idempotency_key.is_empty()).then(|| new.spec.idempotency_key.clone()),

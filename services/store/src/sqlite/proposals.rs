@@ -125,10 +125,7 @@ fn answer(
 /// one fails only itself.
 pub fn insert_group(conn: &Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
     let now = now_ms();
-    let ids: Vec<String> = group
-        .iter()
-        .map(|_| ulid::Ulid::new().to_string())
-        .collect();
+    let ids: Vec<String> = group.iter().map(|new| new.id.clone()).collect();
     let mut out = Vec::with_capacity(group.len());
     match insert_rows(conn, &group, &ids, now) {
         Ok(inserted) => {

@@ -632,6 +632,7 @@ mod tests {
         store.create_tenant("a").await.unwrap();
         let p = store
             .insert_proposal(NewProposal {
+                id: NewProposal::new_id(),
                 tenant: "a".into(),
                 spec: spec(),
                 submitted_by: "t".into(),

@@ -329,6 +329,7 @@ pub async fn review_facts_carry_the_whole_sop_catalogue_where_a_model_reviews(st
         .unwrap();
     let restart = reviewing(&store, "a", "user_42").await;
     let mut failover = countersign_store::NewProposal {
+        id: countersign_store::NewProposal::new_id(),
         spec: countersign_domain::ProposalSpec {
             action: "db_failover".into(),
             idempotency_key: String::new(),

@@ -23,6 +23,7 @@ pub type Tampering = (&'static str, &'static str, Failed);
 pub async fn reviewing(store: &DynStore, target: &str, person: Option<&str>) -> ReviewKey {
     let p = store
         .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
             tenant: "a".into(),
             spec: fixtures::spec_on(target),
             submitted_by: "tester".into(),
