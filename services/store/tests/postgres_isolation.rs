@@ -625,3 +625,64 @@ async fn a_copy_changed_under_the_store_is_a_mismatch_named_by_its_column() {
         assert!(verify().await.ok(), "{undo}");
     }
 }
+
+/// A PENDING proposal that another transaction changes, and leaves PENDING,
+/// while a review batch waits for its row lock is begun all the same: the
+/// batch's statement locks the row's new version, which its snapshot does not
+/// hold, and the proposal is then begun in a statement of its own (it was
+/// reported as ended, and never reviewed).
+#[tokio::test]
+async fn a_proposal_changed_while_its_review_waits_for_the_row_is_still_begun() {
+    let db = TestDatabase::migrated().await;
+    let store = db.store().await;
+    store.create_tenant("acme").await.unwrap();
+    let p = store
+        .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
+            tenant: "acme".into(),
+            spec: spec(),
+            submitted_by: "tester".into(),
+            submitted_by_person: None,
+            trace_parent: None,
+            submitted_key: None,
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .clone();
+
+    let mut owner = db.owner_connection().await;
+    let mut tx = owner.begin().await.unwrap();
+    sqlx::query("SELECT set_config('app.tenant_id', 'acme', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE proposals SET updated_at = updated_at + 1 WHERE id = $1")
+        .bind(&p.id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let key = countersign_store::ReviewKey {
+        tenant: "acme".into(),
+        id: p.id.clone(),
+    };
+    let reviewer = {
+        let store = store.clone();
+        tokio::spawn(async move { store.begin_reviews(&[key]).await })
+    };
+    // The batch is waiting for the row.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!reviewer.is_finished());
+    tx.commit().await.unwrap();
+
+    let began = reviewer.await.unwrap().unwrap();
+    assert!(
+        matches!(
+            &began[..],
+            [countersign_store::BeginReview::Reviewing { .. }]
+        ),
+        "{began:?}"
+    );
+    let now = store.get_proposal("acme", &p.id).await.unwrap().unwrap();
+    assert_eq!(now.state, countersign_domain::ProposalState::Reviewing);
+}

@@ -37,14 +37,28 @@ pub async fn decision_of(
         .transpose()
 }
 
-/// A proposal of the batch that was not PENDING: redelivered while REVIEWING
-/// (it keeps its first start time), or already terminal.
+/// The row [`BEGIN_REVIEWS`] returns, as the review it begins.
+fn began(row: &sqlx::postgres::PgRow, now: Millis) -> Result<BeginReview> {
+    Ok(BeginReview::Reviewing {
+        proposal: Box::new(crate::rows::proposal_from_row(row)?),
+        started_at: now,
+        trace_parent: row.try_get("trace_parent")?,
+    })
+}
+
+/// A proposal of the batch that [`BEGIN_REVIEWS`] did not move: redelivered
+/// while REVIEWING (it keeps its first start time), already terminal, or
+/// PENDING still. The last is a row that another transaction changed while
+/// the statement waited for its lock, and left PENDING: the statement locked
+/// its new version, which is not in the statement's snapshot, so the update
+/// did not see it. It is begun now, in a statement of its own (`true`: it
+/// entered REVIEWING here).
 async fn resume_in(
     conn: &mut PgConnection,
     tenant: &str,
     id: &str,
     now: Millis,
-) -> Result<BeginReview> {
+) -> Result<(BeginReview, bool)> {
     let row: Option<(String, Option<Millis>, Option<String>)> = sqlx::query_as(
         "SELECT state, review_started_at, trace_parent FROM proposals
          WHERE tenant = $1 AND id = $2",
@@ -58,17 +72,29 @@ async fn resume_in(
     let state: ProposalState = state
         .parse()
         .map_err(|e| corrupt(format!("proposal {id}: {e}")))?;
+    if state == ProposalState::Pending {
+        let row = sqlx::query(BEGIN_REVIEWS)
+            .bind(now)
+            .bind(tenant)
+            .bind([id])
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some(row) = row {
+            return Ok((began(&row, now)?, true));
+        }
+    }
     if state != ProposalState::Reviewing {
-        return Ok(BeginReview::Terminal(state));
+        return Ok((BeginReview::Terminal(state), false));
     }
     let proposal = proposals::fetch(conn, tenant, id)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    Ok(BeginReview::Reviewing {
+    let review = BeginReview::Reviewing {
         proposal: Box::new(proposal),
         started_at: started.unwrap_or(now),
         trace_parent,
-    })
+    };
+    Ok((review, false))
 }
 
 /// Moves a batch's PENDING proposals (ids `$3`, of tenant `$2`, in id order)
@@ -388,7 +414,7 @@ impl Reviews for PostgresStore {
         let mut tx = self.pool.begin().await?;
         let now = now_ms();
         let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
-        let mut began = vec![false; items.len()];
+        let mut started = vec![false; items.len()];
         let mut scoped = scope::TenantScope::planned_once();
         for (tenant, mut indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
             scoped.enter(&mut tx, &tenant).await?;
@@ -404,29 +430,28 @@ impl Reviews for PostgresStore {
                 .fetch_all(&mut *tx)
                 .await?;
             let mut moved = HashMap::with_capacity(rows.len());
-            for row in rows {
-                let proposal = crate::rows::proposal_from_row(&row)?;
-                let trace_parent: Option<String> = row.try_get("trace_parent")?;
-                moved.insert(proposal.id.clone(), (proposal, trace_parent));
+            for row in &rows {
+                let id: String = row.try_get("id")?;
+                moved.insert(id, began(row, now)?);
             }
             for i in indices {
                 let id = &items[i].id;
                 // A key given twice is begun once and resumed the second time.
                 out[i] = Some(match moved.remove(id) {
-                    Some((proposal, trace_parent)) => {
-                        began[i] = true;
-                        BeginReview::Reviewing {
-                            proposal: Box::new(proposal),
-                            started_at: now,
-                            trace_parent,
-                        }
+                    Some(review) => {
+                        started[i] = true;
+                        review
                     }
-                    None => resume_in(&mut tx, &tenant, id, now).await?,
+                    None => {
+                        let (review, now_started) = resume_in(&mut tx, &tenant, id, now).await?;
+                        started[i] = now_started;
+                        review
+                    }
                 });
             }
         }
         tx.commit().await?;
-        for (key, _) in items.iter().zip(&began).filter(|(_, began)| **began) {
+        for (key, _) in items.iter().zip(&started).filter(|(_, started)| **started) {
             self.publish(StoreEvent::changed_to(
                 &key.tenant,
                 &key.id,
