@@ -3,8 +3,9 @@
 //! append-only history (decisions, the log, checkpoints, SOP versions), and
 //! copies changed under the store named by the log's verification.
 
+use countersign_domain::Proposal;
 use countersign_domain::{BlastRadius, Role};
-use countersign_store::{DynStore, NewApiKey, NewProposal, PostgresStore, StoreError};
+use countersign_store::{DynStore, NewApiKey, NewProposal, PostgresStore, Proposals, StoreError};
 use countersign_test_support::{fixtures::spec, postgres::TestDatabase};
 use sqlx::{Connection, PgConnection};
 
@@ -41,6 +42,24 @@ const APPEND_ONLY: &[&str] = &[
 /// A tenant with a row in every table (a decided proposal, a late result, an
 /// SOP, a target, a key, a breaker reset, a route, an escalated proposal
 /// with a vote, a model profile).
+/// A PENDING proposal of `tenant`, submitted as `tester`.
+async fn submitted<S: Proposals + ?Sized>(store: &S, tenant: &str) -> Proposal {
+    store
+        .insert_proposal(NewProposal {
+            id: NewProposal::new_id(),
+            tenant: tenant.into(),
+            spec: spec(),
+            submitted_by: "tester".into(),
+            submitted_by_person: None,
+            trace_parent: None,
+            submitted_key: None,
+        })
+        .await
+        .unwrap()
+        .proposal()
+        .clone()
+}
+
 async fn populate(store: &DynStore, tenant: &str) -> String {
     store.create_tenant(tenant).await.unwrap();
     store
@@ -88,20 +107,7 @@ async fn populate(store: &DynStore, tenant: &str) -> String {
     )
     .unwrap();
     store.put_model_profile(tenant, &profile).await.unwrap();
-    let p = store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: tenant.into(),
-            spec: spec(),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
-        .await
-        .unwrap()
-        .proposal()
-        .clone();
+    let p = submitted(&**store, tenant).await;
     store
         .begin_reviews(&[countersign_store::ReviewKey {
             tenant: String::from(tenant),
@@ -636,27 +642,11 @@ async fn a_proposal_changed_while_its_review_waits_for_the_row_is_still_begun() 
     let db = TestDatabase::migrated().await;
     let store = db.store().await;
     store.create_tenant("acme").await.unwrap();
-    let p = store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: "acme".into(),
-            spec: spec(),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
-        .await
-        .unwrap()
-        .proposal()
-        .clone();
+    let p = submitted(&*store, "acme").await;
 
     let mut owner = db.owner_connection().await;
     let mut tx = owner.begin().await.unwrap();
-    sqlx::query("SELECT set_config('app.tenant_id', 'acme', true)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    set_tenant(&mut tx, "acme").await;
     sqlx::query("UPDATE proposals SET updated_at = updated_at + 1 WHERE id = $1")
         .bind(&p.id)
         .execute(&mut *tx)

@@ -302,7 +302,7 @@ impl ProposalService for ProposalApi {
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         // An earlier proposal (its idempotency key) is waited for as it is
         // now: it may be decided already, or waiting for people.
-        let registered = waiter.filter(|_| !deduplicated && proposal.id == id);
+        let registered = waiter.filter(|_| proposal.id == id);
         let view = Box::pin(self.shown(&caller, proposal, wait, registered)).await?;
         Ok(Response::new(SubmitResponse {
             proposal: Some(view),

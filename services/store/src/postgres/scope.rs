@@ -19,13 +19,7 @@ pub async fn tenant(pool: &PgPool, tenant: &str) -> Result<Tx> {
 /// [`tenant`], its statements planned for their parameters ([`CUSTOM_PLANS`]).
 pub async fn tenant_planned_per_run(pool: &PgPool, tenant: &str) -> Result<Tx> {
     let mut tx = pool.begin().await?;
-    sqlx::query(&format!(
-        "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true),
-                {CUSTOM_PLANS}"
-    ))
-    .bind(tenant)
-    .execute(&mut *tx)
-    .await?;
+    enter_with(&mut tx, tenant, &format!(", {CUSTOM_PLANS}")).await?;
     Ok(tx)
 }
 
@@ -54,15 +48,7 @@ impl TenantScope {
             return Ok(());
         }
         match self.settings.take() {
-            Some(settings) => {
-                sqlx::query(&format!(
-                    "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true),
-                            {settings}"
-                ))
-                .bind(tenant)
-                .execute(conn)
-                .await?;
-            }
+            Some(settings) => enter_with(conn, tenant, &format!(", {settings}")).await?,
             None => enter_tenant(conn, tenant).await?,
         }
         self.current = Some(tenant.to_owned());
@@ -72,10 +58,18 @@ impl TenantScope {
 
 /// Moves a transaction to another tenant's rows (and out of the system scope).
 pub async fn enter_tenant(conn: &mut PgConnection, tenant: &str) -> Result<()> {
-    sqlx::query("SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true)")
-        .bind(tenant)
-        .execute(conn)
-        .await?;
+    enter_with(conn, tenant, "").await
+}
+
+/// [`enter_tenant`], with more `set_config` calls (`settings`, each after a
+/// comma) in the same statement.
+async fn enter_with(conn: &mut PgConnection, tenant: &str, settings: &str) -> Result<()> {
+    sqlx::query(&format!(
+        "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true){settings}"
+    ))
+    .bind(tenant)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
