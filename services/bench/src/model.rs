@@ -15,7 +15,11 @@
 //! itself costs a neighbour, apart from the cores and the writer being
 //! shared at all.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use countersign_proto::{
     client::BearerAuth,
@@ -29,17 +33,14 @@ use crate::{
     BenchArgs, LoadArgs, ModelArgs,
     report::{Machine, Percentiles, Report},
     scenario::{
-        MAX_TARGETS, Tally, backend_name, channel, drive, now_rfc3339, seed, trickle, usage_between,
+        MAX_TARGETS, Stop, Tally, backend_name, channel, drive, now_rfc3339, seed, trickle,
+        trickle_until, usage_between,
     },
     server::Server,
 };
 
 /// The endpoint's name in the server's configuration and the tenant's profile.
 const ENDPOINT: &str = "bench";
-
-/// How long each piece of the gate-only trickle runs while the model tenant
-/// is loaded: it starts again until the load is over.
-const TRICKLE_PIECE: Duration = Duration::from_millis(250);
 
 /// The `[[model.endpoints]]` file naming the fake provider.
 fn endpoint_config(base_url: &str, model: &ModelArgs) -> String {
@@ -317,8 +318,8 @@ async fn model_on(
     })
 }
 
-/// The gate-only trickle, in pieces, until `running` (a load) is over: the
-/// load's wall time.
+/// The gate-only trickle until `running` (a load) is over: the load's wall
+/// time.
 async fn trickle_beside(
     endpoint: &str,
     key: &str,
@@ -326,15 +327,15 @@ async fn trickle_beside(
     running: tokio::task::JoinHandle<anyhow::Result<Duration>>,
     tally: &Arc<Mutex<Tally>>,
 ) -> anyhow::Result<Duration> {
-    while !running.is_finished() {
-        trickle(
-            endpoint,
-            key,
-            model.trickle_rate,
-            TRICKLE_PIECE,
-            tally.clone(),
-        )
-        .await?;
-    }
-    running.await?
+    let stop = Stop::when_flagged();
+    let over = stop.flag();
+    let load = tokio::spawn(async move {
+        let wall = running.await;
+        over.store(true, Ordering::Relaxed);
+        wall
+    });
+    let probed = trickle_until(endpoint, key, model.trickle_rate, stop, tally.clone()).await;
+    let wall = load.await???;
+    probed?;
+    Ok(wall)
 }

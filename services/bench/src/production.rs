@@ -36,8 +36,9 @@ pub struct ProductionArgs {
     /// Requests of the redis-benchmark baseline.
     #[arg(long, global = true, default_value = "200000")]
     pub redis_benchmark_requests: u64,
-    /// Leave the run's database and Redis keys in place afterwards (their
-    /// names are printed), to look at what the run wrote: per-proposal
+    /// Leave the run's database and Redis keys (or the embedded server's
+    /// data directory) in place afterwards (their names are printed), to look
+    /// at what the run wrote: per-proposal
     /// `created_at`, `review_started_at`, `decided_at` and each decision's
     /// reviewer.
     #[arg(long, global = true)]
@@ -170,8 +171,13 @@ impl Production {
 
     /// `pgbench`: single-row inserts (one per transaction) by `clients` for
     /// `seconds`, as the owner on the run's database; transactions per second,
-    /// and PostgreSQL's CPU milliseconds per transaction over the same run.
-    pub async fn pgbench_tps(&self, clients: u32, seconds: u64) -> anyhow::Result<(f64, f64)> {
+    /// and PostgreSQL's CPU milliseconds per transaction over the same run (none
+    /// when no time was seen: the reading failed).
+    pub async fn pgbench_tps(
+        &self,
+        clients: u32,
+        seconds: u64,
+    ) -> anyhow::Result<(f64, Option<f64>)> {
         let mut conn = PgConnection::connect(&self.owner_url).await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS bench_baseline \
@@ -198,8 +204,16 @@ impl Production {
             .arg(&self.owner_url)
             .output()
             .context("running pgbench (install postgresql-client)")?;
-        // Its backends have ended: their time is in the postmaster's.
-        let cpu_ms = (crate::server::cpu_of_processes("postgres") - cpu_before) * 1000.0;
+        // Its backends have ended: their time is in the postmaster's once it
+        // has reaped them, which may be a moment after pgbench exits.
+        let mut cpu_ms = 0.0;
+        for _ in 0..40 {
+            cpu_ms = (crate::server::cpu_of_processes("postgres") - cpu_before) * 1000.0;
+            if cpu_ms > 0.0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         sqlx::query("DROP TABLE bench_baseline")
             .execute(&mut conn)
             .await?;
@@ -210,7 +224,9 @@ impl Production {
                 String::from_utf8_lossy(&output.stderr)
             )
         })?;
-        Ok((tps, cpu_ms / (tps * seconds.max(1) as f64).max(1.0)))
+        // No time seen at all is a reading that failed, not a free insert.
+        let per_tx = (cpu_ms > 0.0).then(|| cpu_ms / (tps * seconds.max(1) as f64).max(1.0));
+        Ok((tps, per_tx))
     }
 
     /// `redis-benchmark`: XADD by `clients`; requests per second.

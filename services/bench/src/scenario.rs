@@ -5,7 +5,7 @@ use std::{
     collections::BTreeMap,
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -440,15 +440,18 @@ pub(crate) async fn limits(
         args.production.redis_benchmark_clients,
         args.production.redis_benchmark_requests,
     )?;
+    let mut baselines = BTreeMap::from([
+        (
+            format!("pgbench_single_row_insert_tps_{clients}_clients"),
+            pg,
+        ),
+        ("redis_benchmark_xadd_per_s".to_owned(), redis),
+    ]);
+    if let Some(per_tx) = pg_cpu_ms {
+        baselines.insert("pgbench_postgres_cpu_ms_per_tx".to_owned(), per_tx);
+    }
     Ok((
-        BTreeMap::from([
-            (
-                format!("pgbench_single_row_insert_tps_{clients}_clients"),
-                pg,
-            ),
-            ("redis_benchmark_xadd_per_s".to_owned(), redis),
-            ("pgbench_postgres_cpu_ms_per_tx".to_owned(), pg_cpu_ms),
-        ]),
+        baselines,
         vec![
             ("pgbench_tps".to_owned(), pg),
             ("redis_xadd_per_s".to_owned(), redis),
@@ -672,6 +675,38 @@ async fn submit_decide_on(
     })
 }
 
+/// How long a trickle runs: for a span, or until its flag is set.
+#[derive(Debug, Clone)]
+pub(crate) struct Stop {
+    deadline: Option<Instant>,
+    flag: Arc<AtomicBool>,
+}
+
+impl Stop {
+    pub(crate) fn after(span: Duration) -> Stop {
+        Stop {
+            deadline: Some(Instant::now() + span),
+            flag: Arc::default(),
+        }
+    }
+
+    /// Runs until [`Stop::flag`] is set.
+    pub(crate) fn when_flagged() -> Stop {
+        Stop {
+            deadline: None,
+            flag: Arc::default(),
+        }
+    }
+
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        self.flag.clone()
+    }
+
+    fn reached(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
 /// The quiet tenant's trickle, for `span`: its decision latencies.
 pub(crate) async fn trickle(
     endpoint: &str,
@@ -680,12 +715,51 @@ pub(crate) async fn trickle(
     span: Duration,
     tally: Arc<Mutex<Tally>>,
 ) -> anyhow::Result<()> {
+    trickle_until(endpoint, key, rate, Stop::after(span), tally).await
+}
+
+/// The trickle until `stop`. It is a probe of the server, so it runs on a
+/// thread and a runtime of its own: on the generator's runtime its calls
+/// would wait behind the load's own clients (and the fake model provider)
+/// whenever they are busy, and the generator's queueing would be counted as
+/// the server's. A separate thread is what a neighbour's own process is to
+/// the operating system's scheduler.
+pub(crate) async fn trickle_until(
+    endpoint: &str,
+    key: &str,
+    rate: u64,
+    stop: Stop,
+    tally: Arc<Mutex<Tally>>,
+) -> anyhow::Result<()> {
+    let (endpoint, key) = (endpoint.to_owned(), key.to_owned());
+    let (done, finished) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bench-trickle".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| {
+                    runtime.block_on(trickle_here(&endpoint, &key, rate, stop, tally))
+                });
+            let _ = done.send(result);
+        })?;
+    finished.await?
+}
+
+async fn trickle_here(
+    endpoint: &str,
+    key: &str,
+    rate: u64,
+    stop: Stop,
+    tally: Arc<Mutex<Tally>>,
+) -> anyhow::Result<()> {
     let client = proposals(endpoint, key).await?;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
-    let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut n = 0;
-    while started.elapsed() < span {
+    while !stop.reached() {
         tick.tick().await;
         let (mut client, tally) = (client.clone(), tally.clone());
         tasks.spawn(async move {

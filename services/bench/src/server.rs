@@ -198,7 +198,14 @@ impl Server {
     ) -> anyhow::Result<Server> {
         let binary = args.server_binary()?;
         let reviewers = args.reviewers;
-        let data_dir = tempfile::tempdir()?;
+        let mut data_dir = tempfile::tempdir()?;
+        if args.production.keep && production.is_none() {
+            data_dir.disable_cleanup(true);
+            eprintln!(
+                "kept: the embedded server's data in {}",
+                data_dir.path().display()
+            );
+        }
         let (child, endpoint, metrics) = spawn(
             &binary,
             data_dir.path(),
