@@ -34,7 +34,7 @@ use crate::{
     report::{Machine, Percentiles, Report},
     scenario::{
         MAX_TARGETS, Stop, Tally, backend_name, channel, drive, now_rfc3339, seed, trickle,
-        trickle_until, usage_between,
+        usage_between,
     },
     server::Server,
 };
@@ -117,7 +117,7 @@ async fn model_on(
             &server.endpoint,
             &quiet_key,
             model.trickle_rate,
-            model.trickle_alone / 2,
+            Stop::after(model.trickle_alone / 2),
             alone.clone(),
         )
     };
@@ -334,7 +334,7 @@ async fn trickle_beside(
         over.store(true, Ordering::Relaxed);
         wall
     });
-    let probed = trickle_until(endpoint, key, model.trickle_rate, stop, tally.clone()).await;
+    let probed = trickle(endpoint, key, model.trickle_rate, stop, tally.clone()).await;
     let wall = load.await???;
     probed?;
     Ok(wall)

@@ -707,24 +707,13 @@ impl Stop {
     }
 }
 
-/// The quiet tenant's trickle, for `span`: its decision latencies.
-pub(crate) async fn trickle(
-    endpoint: &str,
-    key: &str,
-    rate: u64,
-    span: Duration,
-    tally: Arc<Mutex<Tally>>,
-) -> anyhow::Result<()> {
-    trickle_until(endpoint, key, rate, Stop::after(span), tally).await
-}
-
-/// The trickle until `stop`. It is a probe of the server, so it runs on a
+/// The quiet tenant's trickle until `stop`: its decision latencies. It is a probe of the server, so it runs on a
 /// thread and a runtime of its own: on the generator's runtime its calls
 /// would wait behind the load's own clients (and the fake model provider)
 /// whenever they are busy, and the generator's queueing would be counted as
 /// the server's. A separate thread is what a neighbour's own process is to
 /// the operating system's scheduler.
-pub(crate) async fn trickle_until(
+pub(crate) async fn trickle(
     endpoint: &str,
     key: &str,
     rate: u64,
@@ -803,7 +792,7 @@ async fn noisy_neighbour_on(
         &server.endpoint,
         &quiet_key,
         noisy.trickle_rate,
-        noisy.duration / 2,
+        Stop::after(noisy.duration / 2),
         alone.clone(),
     )
     .await?;
@@ -817,7 +806,7 @@ async fn noisy_neighbour_on(
         &server.endpoint,
         &quiet_key,
         noisy.trickle_rate,
-        noisy.duration / 2,
+        Stop::after(noisy.duration / 2),
         contended.clone(),
     )
     .await?;
@@ -852,7 +841,7 @@ async fn noisy_neighbour_on(
         &server.endpoint,
         &quiet_key,
         noisy.trickle_rate,
-        noisy.duration,
+        Stop::after(noisy.duration),
         flooded.clone(),
     )
     .await?;
