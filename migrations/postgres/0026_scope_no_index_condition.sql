@@ -14,8 +14,9 @@
 -- `IS NOT DISTINCT FROM` keeps the rule (tenant is never NULL, and an unset
 -- scope matches no row) and is no index condition, so no plan of these
 -- tables depends on which tenant planned it. A statement that reads a
--- tenant's range says so itself (`tenant = $1`), as every such statement of
--- the store does.
+-- tenant's range says so itself (`tenant = $1`); one that reads by key
+-- compares the tenant the same way as here, so that the key's index is the
+-- only one it can use.
 ALTER POLICY tenant_rows ON proposals
     USING (tenant IS NOT DISTINCT FROM current_setting('app.tenant_id', true))
     WITH CHECK (tenant IS NOT DISTINCT FROM current_setting('app.tenant_id', true));

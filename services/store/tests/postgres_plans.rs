@@ -425,6 +425,7 @@ async fn review_batches_read_by_key_as_acme_grows(
             format!("1, 'acme', ARRAY[{batch}]"),
         ),
         ("lock", "acme", LOCK_FOR_DECISION, format!("'acme', '{id}'")),
+        ("by_key", "acme", PROPOSAL_BY_KEY, format!("'acme', '{id}'")),
         (
             "locks",
             "acme",

@@ -226,14 +226,16 @@ async fn chunk(
         .await?;
     let (ids, escalations) = escalation::page(&rows)?;
     let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let proposals = sqlx::query("SELECT * FROM proposals WHERE tenant = $1 AND id = ANY($2)")
-        .bind(tenant)
-        .bind(&id_refs)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| proposal_from_row(row).map(|p| (p.id.clone(), p)))
-        .collect::<Result<HashMap<_, _>>>()?;
+    let proposals = sqlx::query(
+        "SELECT * FROM proposals WHERE id = ANY($2) AND tenant IS NOT DISTINCT FROM $1",
+    )
+    .bind(tenant)
+    .bind(&id_refs)
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|row| proposal_from_row(row).map(|p| (p.id.clone(), p)))
+    .collect::<Result<HashMap<_, _>>>()?;
     let votes = votes_on(conn, tenant, &id_refs).await?;
     escalation::records(escalations, &ids, proposals, votes)
 }

@@ -7,9 +7,13 @@ use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcom
 
 use crate::rows::proposal_from_row;
 
-/// A proposal by its key (every `GetProposal` and `AwaitDecision`).
+/// A proposal by its key (every `GetProposal` and `AwaitDecision`). The
+/// tenant is compared by `IS NOT DISTINCT FROM`, no index condition: a key
+/// read is the primary key's, whatever the statistics say of the tenant (a
+/// young table, or a tenant they do not know yet, made `tenant = $1` look
+/// like a range of one row; test: postgres_plans).
 #[doc(hidden)]
-pub const BY_KEY: &str = "SELECT * FROM proposals WHERE tenant = $1 AND id = $2";
+pub const BY_KEY: &str = "SELECT * FROM proposals WHERE id = $2 AND tenant IS NOT DISTINCT FROM $1";
 
 /// One proposal of one tenant, with its decision once it has one; the
 /// transaction must be in the tenant's scope.
@@ -179,7 +183,8 @@ impl Proposals for PostgresStore {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
         let row = sqlx::query(
             "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
-             WHERE tenant = $3 AND id = $4 AND state IN ('pending', 'reviewing', 'escalated')
+             WHERE id = $4 AND tenant IS NOT DISTINCT FROM $3
+               AND state IN ('pending', 'reviewing', 'escalated')
                AND ($5::text IS NULL OR submitted_key = $5)
              RETURNING *",
         )
@@ -197,7 +202,7 @@ impl Proposals for PostgresStore {
             return Ok(proposal);
         }
         let current: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT state, submitted_key FROM proposals WHERE tenant = $1 AND id = $2",
+            "SELECT state, submitted_key FROM proposals WHERE id = $2 AND tenant IS NOT DISTINCT FROM $1",
         )
         .bind(tenant)
         .bind(id)

@@ -27,7 +27,7 @@ pub async fn decision_of(
     tenant: &str,
     id: &str,
 ) -> Result<Option<Decision>> {
-    sqlx::query("SELECT * FROM decisions WHERE tenant = $1 AND proposal_id = $2")
+    sqlx::query("SELECT * FROM decisions WHERE proposal_id = $2 AND tenant IS NOT DISTINCT FROM $1")
         .bind(tenant)
         .bind(id)
         .fetch_optional(&mut *conn)
@@ -61,7 +61,7 @@ async fn resume_in(
 ) -> Result<(BeginReview, bool)> {
     let row: Option<(String, Option<Millis>, Option<String>)> = sqlx::query_as(
         "SELECT state, review_started_at, trace_parent FROM proposals
-         WHERE tenant = $1 AND id = $2",
+         WHERE id = $2 AND tenant IS NOT DISTINCT FROM $1",
     )
     .bind(tenant)
     .bind(id)
