@@ -707,12 +707,12 @@ impl Stop {
     }
 }
 
-/// The quiet tenant's trickle until `stop`: its decision latencies. It is a probe of the server, so it runs on a
-/// thread and a runtime of its own: on the generator's runtime its calls
-/// would wait behind the load's own clients (and the fake model provider)
-/// whenever they are busy, and the generator's queueing would be counted as
-/// the server's. A separate thread is what a neighbour's own process is to
-/// the operating system's scheduler.
+/// The quiet tenant's trickle until `stop`: its decision latencies. It is a
+/// probe of the server, so it runs on a thread and a runtime of its own: on
+/// the generator's runtime its calls would wait behind the load's own
+/// clients (and the fake model provider) whenever they are busy, and the
+/// generator's queueing would be counted as the server's. A separate thread
+/// is what a neighbour's own process is to the operating system's scheduler.
 pub(crate) async fn trickle(
     endpoint: &str,
     key: &str,

@@ -16,22 +16,17 @@ use countersign_domain::{
 use countersign_peers::RedisPeers;
 use countersign_queue::{Queue, RedisQueue, announce_enqueued, relay_enqueued};
 use countersign_reviewer::{ReviewerConfig, Reviewers};
-use countersign_store::{DynStore, NewProposal};
-use countersign_test_support::{fixtures::spec_on, redis};
+use countersign_store::DynStore;
+use countersign_test_support::{
+    fixtures::{new_proposal, spec_on},
+    redis,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Stores a proposal and publishes it to the Redis queue, as the api will.
 async fn submit(store: &DynStore, queue: &RedisQueue, target: &str) -> String {
     let outcome = store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: "acme".into(),
-            spec: spec_on(target),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
+        .insert_proposal(new_proposal("acme", spec_on(target)))
         .await
         .unwrap();
     let id = outcome.proposal().id.clone();
@@ -117,15 +112,7 @@ async fn acme_and_deaf_workers(
 /// Stores a proposal of `acme` without enqueueing it; returns its id.
 async fn stored(store: &DynStore) -> String {
     store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: "acme".into(),
-            spec: spec_on("node-01"),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
+        .insert_proposal(new_proposal("acme", spec_on("node-01")))
         .await
         .unwrap()
         .proposal()

@@ -6,7 +6,10 @@
 use countersign_domain::Proposal;
 use countersign_domain::{BlastRadius, Role};
 use countersign_store::{DynStore, NewApiKey, NewProposal, PostgresStore, Proposals, StoreError};
-use countersign_test_support::{fixtures::spec, postgres::TestDatabase};
+use countersign_test_support::{
+    fixtures::{new_proposal, spec},
+    postgres::TestDatabase,
+};
 use sqlx::{Connection, PgConnection};
 
 /// Every table that holds a tenant's rows, with the column that names it.
@@ -39,27 +42,19 @@ const APPEND_ONLY: &[&str] = &[
     "votes",
 ];
 
-/// A tenant with a row in every table (a decided proposal, a late result, an
-/// SOP, a target, a key, a breaker reset, a route, an escalated proposal
-/// with a vote, a model profile).
 /// A PENDING proposal of `tenant`, submitted as `tester`.
 async fn submitted<S: Proposals + ?Sized>(store: &S, tenant: &str) -> Proposal {
     store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: tenant.into(),
-            spec: spec(),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
+        .insert_proposal(new_proposal(tenant, spec()))
         .await
         .unwrap()
         .proposal()
         .clone()
 }
 
+/// A tenant with a row in every table (a decided proposal, a late result, an
+/// SOP, a target, a key, a breaker reset, a route, an escalated proposal
+/// with a vote, a model profile).
 async fn populate(store: &DynStore, tenant: &str) -> String {
     store.create_tenant(tenant).await.unwrap();
     store
@@ -159,13 +154,8 @@ async fn escalate_with_a_vote(store: &DynStore, tenant: &str) {
     store.put_route(tenant, &route).await.unwrap();
     let escalated = store
         .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: tenant.into(),
-            spec: spec(),
-            submitted_by: "tester".into(),
             submitted_by_person: Some("sam@example.com".into()),
-            trace_parent: None,
-            submitted_key: None,
+            ..new_proposal(tenant, spec())
         })
         .await
         .unwrap()

@@ -3,20 +3,15 @@
 //! across tenants for the sweeper.
 
 use countersign_queue::Outbox;
-use countersign_store::{DynStore, NewProposal, PostgresStore, ReviewKey};
-use countersign_test_support::{fixtures::spec_on, postgres::TestDatabase};
+use countersign_store::{DynStore, PostgresStore, ReviewKey};
+use countersign_test_support::{
+    fixtures::{new_proposal, spec_on},
+    postgres::TestDatabase,
+};
 
 async fn submit(store: &DynStore, tenant: &str, target: &str) -> ReviewKey {
     let proposal = store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: tenant.into(),
-            spec: spec_on(target),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            trace_parent: None,
-            submitted_key: None,
-        })
+        .insert_proposal(new_proposal(tenant, spec_on(target)))
         .await
         .unwrap()
         .proposal()

@@ -54,15 +54,7 @@ async fn proposal_events(
 }
 
 fn new_proposal(tenant: &str, key: &str) -> NewProposal {
-    NewProposal {
-        id: NewProposal::new_id(),
-        tenant: tenant.into(),
-        spec: spec(key),
-        submitted_by: "tester".into(),
-        submitted_by_person: None,
-        trace_parent: None,
-        submitted_key: None,
-    }
+    fixtures::new_proposal(tenant, spec(key))
 }
 
 pub async fn first_bootstrap_creates_the_default_tenant_and_an_admin_key_once(store: DynStore) {

@@ -11,7 +11,8 @@ use std::{
 
 use countersign_domain::ProposalSpec;
 use countersign_store::sqlite::Migrations;
-use countersign_store::{DynStore, Lifecycle, NewProposal, PostgresStore, SqliteStore};
+use countersign_store::{DynStore, Lifecycle, PostgresStore, SqliteStore};
+use countersign_test_support::fixtures::new_proposal;
 use sqlx::Connection;
 
 /// The tenant of each event logged before the migration, in cursor order:
@@ -56,15 +57,10 @@ async fn assert_numbered_on(store: DynStore) {
     );
     for tenant in ["a", "a", "b", "c"] {
         store
-            .insert_proposal(NewProposal {
-                id: NewProposal::new_id(),
-                tenant: tenant.into(),
-                spec: spec(),
-                submitted_by: "tester".into(),
-                submitted_by_person: None,
-                submitted_key: None,
-                trace_parent: None,
-            })
+            .insert_proposal(countersign_test_support::fixtures::new_proposal(
+                tenant,
+                spec(),
+            ))
             .await
             .unwrap();
     }
@@ -80,15 +76,7 @@ async fn assert_numbered_on(store: DynStore) {
     assert_eq!(cursors(c), [6]);
     let new_tenant = store.create_tenant("d").await.unwrap();
     store
-        .insert_proposal(NewProposal {
-            id: NewProposal::new_id(),
-            tenant: new_tenant.name.clone(),
-            spec: spec(),
-            submitted_by: "tester".into(),
-            submitted_by_person: None,
-            submitted_key: None,
-            trace_parent: None,
-        })
+        .insert_proposal(new_proposal(&new_tenant.name, spec()))
         .await
         .unwrap();
     let d = store.events_after(0, Some("d"), 100).await.unwrap();

@@ -11,11 +11,25 @@ use countersign_domain::{
     review::{ReviewStamp, decide},
 };
 use countersign_proto::{convert::spec_to_proto, v1};
-use countersign_store::Store;
+use countersign_store::{NewProposal, Store};
 
 /// The labels of production targets, which SOP-007 selects.
 pub fn production() -> BTreeMap<String, String> {
     [("env".to_owned(), "production".to_owned())].into()
+}
+
+/// `spec` submitted for `tenant` by the key `tester` (no person, trace or
+/// key id), as a store's `insert_proposal` takes it.
+pub fn new_proposal(tenant: &str, spec: ProposalSpec) -> NewProposal {
+    NewProposal {
+        id: NewProposal::new_id(),
+        tenant: tenant.into(),
+        spec,
+        submitted_by: "tester".into(),
+        submitted_by_person: None,
+        trace_parent: None,
+        submitted_key: None,
+    }
 }
 
 /// A single-device restart of nginx on `node-01` that passes every

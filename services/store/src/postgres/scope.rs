@@ -19,7 +19,7 @@ pub async fn tenant(pool: &PgPool, tenant: &str) -> Result<Tx> {
 /// [`tenant`], its statements planned for their parameters ([`CUSTOM_PLANS`]).
 pub async fn tenant_planned_per_run(pool: &PgPool, tenant: &str) -> Result<Tx> {
     let mut tx = pool.begin().await?;
-    enter_with(&mut tx, tenant, &format!(", {CUSTOM_PLANS}")).await?;
+    enter_with(&mut tx, tenant, Some(CUSTOM_PLANS)).await?;
     Ok(tx)
 }
 
@@ -47,10 +47,7 @@ impl TenantScope {
         if self.current.as_deref() == Some(tenant) {
             return Ok(());
         }
-        match self.settings.take() {
-            Some(settings) => enter_with(conn, tenant, &format!(", {settings}")).await?,
-            None => enter_tenant(conn, tenant).await?,
-        }
+        enter_with(conn, tenant, self.settings.take()).await?;
         self.current = Some(tenant.to_owned());
         Ok(())
     }
@@ -58,14 +55,15 @@ impl TenantScope {
 
 /// Moves a transaction to another tenant's rows (and out of the system scope).
 pub async fn enter_tenant(conn: &mut PgConnection, tenant: &str) -> Result<()> {
-    enter_with(conn, tenant, "").await
+    enter_with(conn, tenant, None).await
 }
 
-/// [`enter_tenant`], with more `set_config` calls (`settings`, each after a
-/// comma) in the same statement.
-async fn enter_with(conn: &mut PgConnection, tenant: &str, settings: &str) -> Result<()> {
+/// [`enter_tenant`], with more `set_config` calls (`settings`, comma
+/// separated) in the same statement.
+async fn enter_with(conn: &mut PgConnection, tenant: &str, settings: Option<&str>) -> Result<()> {
+    let more = settings.map(|s| format!(", {s}")).unwrap_or_default();
     sqlx::query(&format!(
-        "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true){settings}"
+        "SELECT set_config('app.tenant_id', $1, true), set_config('app.scope', '', true){more}"
     ))
     .bind(tenant)
     .execute(conn)
