@@ -50,7 +50,11 @@ async fn decide(app: &TestApp, coordinator: &str, auditor: &str, n: usize) -> Ve
             .await
             .unwrap();
     }
-    wait_for_log(app, auditor, ids.last().unwrap()).await;
+    // The sequencer appends in commit order, and two reviewers may commit
+    // the last submission before an earlier one: every decision is waited for.
+    for id in &ids {
+        wait_for_log(app, auditor, id).await;
+    }
     ids
 }
 
