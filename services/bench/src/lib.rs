@@ -122,7 +122,10 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = Via::Await)]
     pub via: Via,
     /// The growth run: measure, write this many decided proposals straight
-    /// into the database, measure again, and print the ratio.
+    /// into a database, measure again, and print the ratio. Embedded, the
+    /// grown database is a second server's, and the two servers take turns
+    /// in blocks; on PostgreSQL the run's one database grows between the two
+    /// measurements.
     #[arg(long)]
     pub growth: Option<u64>,
     /// Proposals decided before each measured run and not counted: a cold

@@ -352,10 +352,21 @@ async fn measure(
     load: &LoadArgs,
     pool: u64,
 ) -> anyhow::Result<Measured> {
+    measure_from(server, key, load, (pool, 0)).await
+}
+
+/// [`measure`], its proposals numbered from `first` (distinct from every
+/// other run's on the same server, so none is a retry of an earlier one).
+async fn measure_from(
+    server: &Server,
+    key: &str,
+    load: &LoadArgs,
+    (pool, first): (u64, u64),
+) -> anyhow::Result<Measured> {
     let tally = Arc::new(Mutex::new(Tally::new()));
     let written_before = crate::writes::Snapshot::take(server).await?;
     let before = server.usage();
-    let wall = drive(&server.endpoint, key, load, (pool, 0), tally.clone()).await?;
+    let wall = drive(&server.endpoint, key, load, (pool, first), tally.clone()).await?;
     let after = server.usage();
     let written_after = crate::writes::Snapshot::take(server).await?;
     let tally = std::mem::take(&mut *tally.lock().await);
@@ -405,6 +416,31 @@ async fn warm_up(
 }
 
 impl Measured {
+    /// Adds `other`'s decisions, time and server CPU to these (the writes
+    /// stay this run's).
+    fn absorb(&mut self, other: Measured) -> anyhow::Result<()> {
+        for (mine, theirs) in [
+            (&mut self.tally.submit, other.tally.submit),
+            (&mut self.tally.decision, other.tally.decision),
+        ] {
+            if let (Some(mine), Some(theirs)) = (mine.as_mut(), theirs) {
+                mine.add(&theirs)?;
+            }
+        }
+        for (k, v) in other.tally.outcomes {
+            *self.tally.outcomes.entry(k).or_default() += v;
+        }
+        for (k, v) in other.tally.errors {
+            *self.tally.errors.entry(k).or_default() += v;
+        }
+        self.wall += other.wall;
+        self.usage.cpu_seconds += other.usage.cpu_seconds;
+        self.usage.cpu_cores_used = self.usage.cpu_seconds / self.wall.as_secs_f64().max(1e-9);
+        self.usage.rss_mib = other.usage.rss_mib;
+        self.usage.peak_rss_mib = other.usage.peak_rss_mib;
+        Ok(())
+    }
+
     fn throughput(&self) -> f64 {
         self.tally.outcomes.values().sum::<u64>() as f64 / self.wall.as_secs_f64()
     }
@@ -584,42 +620,31 @@ async fn submit_decide_on(
     }
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());
     if let Some(rows) = load.growth {
-        server.stop();
-        let seeded = match &server.production {
-            Some(production) => {
-                crate::growth::seed_decided_postgres(&production.owner_url, 0, rows, pool).await?
-            }
-            None => {
-                crate::growth::seed_decided(
-                    &server.data_dir.path().join("countersign.db"),
-                    0,
-                    rows,
-                    pool,
-                )
-                .await?
-            }
-        };
-        baselines.insert(
-            "growth_seed_rows_per_s".to_owned(),
-            rows as f64 / seeded.as_secs_f64(),
-        );
-        // A server that starts on the full database (its fan-out starts at the
-        // newest event rather than replaying the seed to no one), and whose
-        // sequencer has chained the seed into the audit log before we measure.
-        server.resume()?;
-        let auditor = server.admin(&[
-            "admin", "key", "create", "--tenant", "default", "--role", "auditor",
-        ])?;
-        let mut audit = crate::audit_query::client(&server.endpoint, &auditor).await?;
         // Every decision so far: the first warm-up's and the measured run's.
         let decided: u64 = empty.tally.outcomes.values().sum::<u64>() + load.warmup;
-        let chained = crate::audit_query::await_log(&mut audit, decided + rows).await?;
-        baselines.insert(
-            "growth_sequencer_entries_per_s".to_owned(),
-            rows as f64 / chained.as_secs_f64(),
-        );
-        warm_up(&server, &key, load, pool, 2).await?;
-        let grown = measure(&server, &key, load, pool).await?;
+        let (grown, beside) = if server.production.is_some() {
+            // The run's one database grows under the server that measured it
+            // empty, and is measured again.
+            fill(&mut server, rows, pool, decided, &mut baselines).await?;
+            warm_up(&server, &key, load, pool, 2).await?;
+            (measure(&server, &key, load, pool).await?, None)
+        } else {
+            // A second server on a database of its own grows while the first
+            // waits; then the two take turns, a block each, so that the
+            // machine's same minutes are in both halves of the ratio (one
+            // half after the other measured the machine's drift as much as
+            // the growth).
+            let mut grown_server = Server::start_on(args, None)?;
+            let grown_key = seed(&grown_server, "default", pool).await?;
+            warm_up(&grown_server, &grown_key, load, pool, 1).await?;
+            fill(&mut grown_server, rows, pool, load.warmup, &mut baselines).await?;
+            warm_up(&grown_server, &grown_key, load, pool, 2).await?;
+            let (empty, grown) =
+                take_turns((&server, &key), (&grown_server, &grown_key), load, pool).await?;
+            baselines.insert("growth_blocks".to_owned(), GROWTH_BLOCKS as f64);
+            (grown, Some(empty))
+        };
+        let empty = beside.as_ref().unwrap_or(&empty);
         latencies.insert(
             format!("submit → decision after {rows} decided"),
             grown.decision(),
@@ -652,6 +677,14 @@ async fn submit_decide_on(
         for (k, v) in &grown.tally.errors {
             *errors.entry(format!("grown {k}")).or_default() += v;
         }
+        if let Some(beside) = &beside {
+            for (k, v) in &beside.tally.outcomes {
+                *outcomes.entry(format!("empty beside {k}")).or_default() += v;
+            }
+            for (k, v) in &beside.tally.errors {
+                *errors.entry(format!("empty beside {k}")).or_default() += v;
+            }
+        }
         headline = (grown.throughput(), grown.wall, grown.usage.clone());
     }
     Ok(Report {
@@ -673,6 +706,89 @@ async fn submit_decide_on(
         ratios,
         writes_per_decision: empty.writes.clone(),
     })
+}
+
+/// Blocks a growth run's embedded halves take turns in.
+const GROWTH_BLOCKS: u64 = 4;
+
+/// Stops `server`, writes `rows` decided proposals straight into its
+/// database, starts it again and waits until its sequencer has chained them
+/// into the audit log behind the `decided` it already held; records the
+/// seed's and the sequencer's rates.
+async fn fill(
+    server: &mut Server,
+    rows: u64,
+    pool: u64,
+    decided: u64,
+    baselines: &mut BTreeMap<String, f64>,
+) -> anyhow::Result<()> {
+    server.stop();
+    let seeded = match &server.production {
+        Some(production) => {
+            crate::growth::seed_decided_postgres(&production.owner_url, 0, rows, pool).await?
+        }
+        None => {
+            crate::growth::seed_decided(
+                &server.data_dir.path().join("countersign.db"),
+                0,
+                rows,
+                pool,
+            )
+            .await?
+        }
+    };
+    baselines.insert(
+        "growth_seed_rows_per_s".to_owned(),
+        rows as f64 / seeded.as_secs_f64(),
+    );
+    // A server that starts on the full database (its fan-out starts at the
+    // newest event rather than replaying the seed to no one), and whose
+    // sequencer has chained the seed into the audit log before we measure.
+    server.resume()?;
+    let auditor = server.admin(&[
+        "admin", "key", "create", "--tenant", "default", "--role", "auditor",
+    ])?;
+    let mut audit = crate::audit_query::client(&server.endpoint, &auditor).await?;
+    let chained = crate::audit_query::await_log(&mut audit, decided + rows).await?;
+    baselines.insert(
+        "growth_sequencer_entries_per_s".to_owned(),
+        rows as f64 / chained.as_secs_f64(),
+    );
+    Ok(())
+}
+
+/// `load.proposals` on each of two servers in [`GROWTH_BLOCKS`] turns, one
+/// block on `first`, then one on `second`, and again; each side's blocks
+/// summed.
+async fn take_turns(
+    (first, first_key): (&Server, &str),
+    (second, second_key): (&Server, &str),
+    load: &LoadArgs,
+    pool: u64,
+) -> anyhow::Result<(Measured, Measured)> {
+    let block = LoadArgs {
+        proposals: (load.proposals / GROWTH_BLOCKS).max(1),
+        ..load.clone()
+    };
+    let mut sides: [Option<Measured>; 2] = [None, None];
+    for turn in 0..GROWTH_BLOCKS {
+        // Numbered past the warm-ups' rounds (1 and 2) and the first run.
+        let numbered = (pool, (3 + turn) << 40);
+        for (side, (server, key)) in [(first, first_key), (second, second_key)]
+            .into_iter()
+            .enumerate()
+        {
+            let measured = measure_from(server, key, &block, numbered).await?;
+            match &mut sides[side] {
+                Some(sum) => sum.absorb(measured)?,
+                empty => *empty = Some(measured),
+            }
+        }
+    }
+    let [Some(first), Some(second)] = sides else {
+        anyhow::bail!("no block was measured");
+    };
+    Ok((first, second))
 }
 
 /// How long a trickle runs: for a span, or until its flag is set.

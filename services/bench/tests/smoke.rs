@@ -272,7 +272,7 @@ fn a_tiny_model_run_decides_every_proposal_through_the_endpoint_beside_a_gate_on
 }
 
 #[test]
-fn a_tiny_growth_run_measures_again_after_seeding_decided_proposals() {
+fn a_tiny_growth_run_measures_an_empty_and_a_grown_server_in_turns() {
     let report = bench(&[
         "submit-decide",
         "--proposals",
@@ -284,6 +284,10 @@ fn a_tiny_growth_run_measures_again_after_seeding_decided_proposals() {
     ]);
     assert_eq!(report["outcomes"]["approved"], 16, "{report}");
     assert_eq!(report["outcomes"]["grown approved"], 16, "{report}");
+    // The empty side's turns beside the grown one's: as many proposals, in
+    // as many blocks.
+    assert_eq!(report["outcomes"]["empty beside approved"], 16, "{report}");
+    assert_eq!(report["baselines"]["growth_blocks"], 4.0, "{report}");
     assert_eq!(
         report["latencies"]["submit → decision after 500 decided"]["count"],
         20
