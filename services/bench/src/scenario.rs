@@ -631,9 +631,9 @@ async fn submit_decide_on(
         } else {
             // A second server on a database of its own grows while the first
             // waits; then the two take turns, a block each, so that the
-            // machine's same minutes are in both halves of the ratio (one
-            // half after the other measured the machine's drift as much as
-            // the growth).
+            // machine's same minutes are in both halves of the ratio (halves
+            // measured one after the other carry the machine's drift between
+            // them as much as the growth).
             let mut grown_server = Server::start_on(args, None)?;
             let grown_key = seed(&grown_server, "default", pool).await?;
             warm_up(&grown_server, &grown_key, load, pool, 1).await?;
