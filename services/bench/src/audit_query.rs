@@ -19,7 +19,7 @@ use tonic::{service::interceptor::InterceptedService, transport::Channel};
 
 use crate::{
     AuditQueryArgs, BenchArgs, baseline,
-    report::{Machine, Percentiles, Report},
+    report::{Machine, Percentiles, Report, add_counts},
     scenario::{channel, now_rfc3339, usage_between},
     server::Server,
 };
@@ -295,9 +295,7 @@ pub async fn audit_query(args: &BenchArgs, q: &AuditQueryArgs) -> anyhow::Result
     );
     let pages = full.all().len();
     let mut errors = full.errors.clone();
-    for (k, v) in &empty.errors {
-        *errors.entry(format!("small log {k}")).or_default() += v;
-    }
+    add_counts(&mut errors, "small log ", &empty.errors);
     Ok(Report {
         scenario: "audit-query".into(),
         started_at,

@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::{
-    report::ServerUsage,
+    report::{ServerUsage, add_counts},
     scenario::{channel, usage_between},
     server::Server,
 };
@@ -72,10 +72,7 @@ where
                 *counts.entry(outcome).or_default() += 1;
             }
             let _ = latency.lock().await.add(&mine);
-            let mut all = outcomes.lock().await;
-            for (k, v) in counts {
-                *all.entry(k).or_default() += v;
-            }
+            add_counts(&mut *outcomes.lock().await, "", &counts);
         });
     }
     while tasks.join_next().await.is_some() {}

@@ -28,7 +28,7 @@ use crate::{
     board::Board,
     closed_loop::{errors_of, health_checks},
     production::Production,
-    report::{Machine, Percentiles, Report},
+    report::{Machine, Percentiles, Report, add_counts},
     scenario::{backend_name, channel, limits, now_rfc3339, proposals, seed, spec, usage_between},
     server::Server,
 };
@@ -72,9 +72,7 @@ impl Measured {
         let _ = self.first_vote.add(&other.first_vote);
         let _ = self.deciding_vote.add(&other.deciding_vote);
         let _ = self.resolution.add(&other.resolution);
-        for (k, v) in other.outcomes {
-            *self.outcomes.entry(k).or_default() += v;
-        }
+        add_counts(&mut self.outcomes, "", &other.outcomes);
     }
 }
 
@@ -184,9 +182,7 @@ async fn escalation_on(
         .copied()
         .unwrap_or_default();
     let mut errors = errors_of(&measured.outcomes);
-    for (k, v) in errors_of(&floor.outcomes) {
-        *errors.entry(format!("health check: {k}")).or_default() += v;
-    }
+    add_counts(&mut errors, "health check: ", &errors_of(&floor.outcomes));
     let floor_rate = floor.rate_of("served");
     let mut baselines = baselines;
     baselines.insert("grpc_health_checks_per_s".to_owned(), floor_rate);

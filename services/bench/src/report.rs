@@ -176,3 +176,15 @@ impl Report {
         Ok(path)
     }
 }
+
+/// Adds the counts of `from` to `into`, each name after `prefix` (an outcome
+/// or error tally of one phase, merged into a report's).
+pub(crate) fn add_counts(
+    into: &mut BTreeMap<String, u64>,
+    prefix: &str,
+    from: &BTreeMap<String, u64>,
+) {
+    for (k, v) in from {
+        *into.entry(format!("{prefix}{k}")).or_default() += v;
+    }
+}

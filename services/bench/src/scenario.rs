@@ -31,7 +31,7 @@ use crate::{
     BenchArgs, LoadArgs, NoisyArgs, Via, baseline,
     board::Board,
     production::Production,
-    report::{Machine, Percentiles, Report, ServerUsage},
+    report::{Machine, Percentiles, Report, ServerUsage, add_counts},
     server::{Server, Usage},
 };
 
@@ -427,12 +427,8 @@ impl Measured {
                 mine.add(&theirs)?;
             }
         }
-        for (k, v) in other.tally.outcomes {
-            *self.tally.outcomes.entry(k).or_default() += v;
-        }
-        for (k, v) in other.tally.errors {
-            *self.tally.errors.entry(k).or_default() += v;
-        }
+        add_counts(&mut self.tally.outcomes, "", &other.tally.outcomes);
+        add_counts(&mut self.tally.errors, "", &other.tally.errors);
         self.wall += other.wall;
         self.usage.cpu_seconds += other.usage.cpu_seconds;
         self.usage.cpu_cores_used = self.usage.cpu_seconds / self.wall.as_secs_f64().max(1e-9);
@@ -603,9 +599,7 @@ async fn submit_decide_on(
             empty.decision().p99_ms / floor.latency.p99_ms.max(1e-9),
         );
         latencies.insert("health check (floor)".to_owned(), floor.latency);
-        for (k, v) in floor.errors {
-            *errors.entry(format!("health check: {k}")).or_default() += v;
-        }
+        add_counts(&mut errors, "health check: ", &floor.errors);
     }
     // PostgreSQL's CPU per decision over its CPU per pgbench insert.
     if let (Some(seconds), Some(per_tx)) = (
@@ -671,18 +665,10 @@ async fn submit_decide_on(
             "grown / empty server cpu per decision".to_owned(),
             grown.server_cpu_ms_per_decision() / empty.server_cpu_ms_per_decision().max(1e-9),
         );
-        for (k, v) in &grown.tally.outcomes {
-            *outcomes.entry(format!("grown {k}")).or_default() += v;
-        }
-        for (k, v) in &grown.tally.errors {
-            *errors.entry(format!("grown {k}")).or_default() += v;
-        }
-        if let Some(beside) = &beside {
-            for (k, v) in &beside.tally.outcomes {
-                *outcomes.entry(format!("empty beside {k}")).or_default() += v;
-            }
-            for (k, v) in &beside.tally.errors {
-                *errors.entry(format!("empty beside {k}")).or_default() += v;
+        for (prefix, half) in [("grown ", Some(&grown)), ("empty beside ", beside.as_ref())] {
+            if let Some(half) = half {
+                add_counts(&mut outcomes, prefix, &half.tally.outcomes);
+                add_counts(&mut errors, prefix, &half.tally.errors);
             }
         }
         headline = (grown.throughput(), grown.wall, grown.usage.clone());
@@ -973,9 +959,7 @@ async fn noisy_neighbour_on(
     let flooded_p = Percentiles::of(flooded.decision.as_ref().expect("histogram"));
     let flood_p = Percentiles::of(flood.decision.as_ref().expect("histogram"));
     let mut errors = flooded.errors.clone();
-    for (k, v) in &flood.errors {
-        *errors.entry(format!("flood {k}")).or_default() += v;
-    }
+    add_counts(&mut errors, "flood ", &flood.errors);
     let flood_rate = flood_p.count as f64 / wall.as_secs_f64();
     let submit_of = |tally: &Tally| Percentiles::of(tally.submit.as_ref().expect("histogram"));
     Ok(Report {

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::{
     BenchArgs, SuppressedArgs, baseline,
     closed_loop::{closed_loop, errors_of, health_checks, outcome},
-    report::{Machine, Percentiles, Report},
+    report::{Machine, Percentiles, Report, add_counts},
     scenario::{MAX_TARGETS, now_rfc3339, proposals, seed, spec},
     server::Server,
 };
@@ -99,9 +99,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     let throughput = suppressed as f64 / retries.wall.as_secs_f64();
     let floor_rate = floor.rate_of("served");
     let mut errors = errors_of(&retries.outcomes);
-    for (k, v) in errors_of(&floor.outcomes) {
-        *errors.entry(format!("health check: {k}")).or_default() += v;
-    }
+    add_counts(&mut errors, "health check: ", &errors_of(&floor.outcomes));
     let p99_ratio =
         Percentiles::of(&retries.latency).p99_ms / Percentiles::of(&floor.latency).p99_ms.max(1e-9);
     let cpu_ratio = retries.server_us_per_call() / floor.server_us_per_call().max(1e-9);

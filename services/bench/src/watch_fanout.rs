@@ -23,7 +23,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     BenchArgs, FanoutArgs, baseline,
-    report::{Machine, Percentiles, Report},
+    report::{Machine, Percentiles, Report, add_counts},
     scenario::{MAX_TARGETS, channel, is_reject, now_rfc3339, seed, spec, usage_between},
     server::Server,
 };
@@ -143,9 +143,7 @@ pub async fn watch_fanout(args: &BenchArgs, fan: &FanoutArgs) -> anyhow::Result<
     let after = server.usage();
 
     let s = seen.lock().await;
-    for (k, v) in &s.errors {
-        *errors.entry(k.clone()).or_default() += v;
-    }
+    add_counts(&mut errors, "", &s.errors);
     let lag = Percentiles::of(s.lag.as_ref().expect("histogram"));
     let delivered_per_s = s.decisions as f64 / wall.as_secs_f64();
     Ok(Report {
