@@ -213,7 +213,6 @@ impl SubmitOutcome {
     }
 }
 
-/// Tenant names: 1..=63 of `[a-z0-9-]`, starting with a letter or digit.
 /// The rules every tenant policy keeps, on both backends: windows not
 /// negative, a receipt lifetime within [`countersign_domain::RECEIPT_TTL_RANGE_MS`].
 pub fn check_policy(policy: &countersign_domain::TenantPolicy) -> Result<(), StoreError> {
@@ -233,6 +232,7 @@ pub fn check_policy(policy: &countersign_domain::TenantPolicy) -> Result<(), Sto
     Ok(())
 }
 
+/// Tenant names: 1..=63 of `[a-z0-9-]`, starting with a letter or digit.
 pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
     let ok = !name.is_empty()
         && name.len() <= 63

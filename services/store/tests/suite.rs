@@ -194,6 +194,54 @@ pub async fn a_proposal_is_visible_only_to_its_own_tenant(store: DynStore) {
     );
 }
 
+/// A name outside the tenant rules (which every tenant keeps) may still reach
+/// the store, as a lookup's argument: it names no tenant and no rows, and is
+/// never read as SQL.
+pub async fn a_name_outside_the_tenant_rules_names_no_tenant_and_no_rows(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    let created = store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    let id = created.proposal().id.clone();
+    for name in [
+        "a'",
+        "a\\",
+        "A",
+        "x', true), set_config('app.scope', 'system', true); --",
+        "a'); SELECT set_config('app.tenant_id', 'a', true); --",
+    ] {
+        assert!(store.get_tenant(name).await.unwrap().is_none(), "{name:?}");
+        assert!(
+            store.get_proposal(name, &id).await.unwrap().is_none(),
+            "{name:?}"
+        );
+        assert!(
+            store
+                .events_after(0, Some(name), 100)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{name:?}"
+        );
+        let batches = store
+            .begin_reviews(&[countersign_store::ReviewKey {
+                tenant: name.into(),
+                id: id.clone(),
+            }])
+            .await;
+        assert!(
+            !matches!(
+                batches.as_deref(),
+                Ok([countersign_store::BeginReview::Reviewing { .. }, ..])
+            ),
+            "{name:?} began a review of another tenant's proposal: {batches:?}"
+        );
+    }
+    assert_eq!(
+        store.get_proposal("a", &id).await.unwrap().unwrap().state,
+        ProposalState::Pending,
+        "the other names changed nothing"
+    );
+}
+
 pub async fn an_idempotency_key_returns_the_same_proposal_or_conflicts(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
@@ -1959,6 +2007,7 @@ macro_rules! every_store_test {
             tenants_are_unique_and_well_named,
             keys_are_stored_hashed_and_can_be_revoked,
             a_proposal_is_visible_only_to_its_own_tenant,
+            a_name_outside_the_tenant_rules_names_no_tenant_and_no_rows,
             an_idempotency_key_returns_the_same_proposal_or_conflicts,
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,

@@ -337,11 +337,16 @@ impl Escalations for PostgresStore {
         &self,
         items: Vec<(ReviewKey, Escalation)>,
     ) -> Result<Vec<RecordOutcome>> {
-        let mut tx = self.pool.begin().await?;
+        let groups = scope::by_tenant(&items, |(k, _)| k.tenant.as_str());
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        let mut scoped = scope::TenantScope::default();
+        let mut tx = scoped.begin(&self.pool, first).await?;
         let now = now_ms();
         let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
-        for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
-            scope::enter_tenant(&mut tx, &tenant).await?;
+        for (tenant, indices) in groups {
+            scoped.enter(&mut tx, &tenant).await?;
             open_tenant(&mut tx, &tenant, &items, indices, now, &mut out).await?;
         }
         tx.commit().await?;

@@ -47,10 +47,15 @@ async fn commit(pool: &PgPool, group: Group) {
 
 /// The whole group in one transaction; `Err` when it did not commit.
 async fn together(pool: &PgPool, news: &[NewProposal]) -> Result<Vec<Inserted>> {
-    let mut tx = pool.begin().await?;
+    let groups = scope::by_tenant(news, |n| n.tenant.as_str());
+    let Some((first, _)) = groups.first() else {
+        return Ok(Vec::new());
+    };
+    let mut scoped = scope::TenantScope::default();
+    let mut tx = scoped.begin(pool, first).await?;
     let mut results: Vec<Option<Inserted>> = (0..news.len()).map(|_| None).collect();
-    for (tenant, indices) in scope::by_tenant(news, |n| n.tenant.as_str()) {
-        scope::enter_tenant(&mut tx, &tenant).await?;
+    for (tenant, indices) in groups {
+        scoped.enter(&mut tx, &tenant).await?;
         let group: Vec<&NewProposal> = indices.iter().map(|&i| &news[i]).collect();
         for (i, result) in indices.into_iter().zip(insert_many(&mut tx, &group).await?) {
             results[i] = Some(result);

@@ -411,12 +411,16 @@ impl Reviews for PostgresStore {
     /// Starts the reviews of `items` in one transaction; answers in order.
     #[tracing::instrument(name = "store.postgres.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
     async fn begin_reviews(&self, items: &[ReviewKey]) -> Result<Vec<BeginReview>> {
-        let mut tx = self.pool.begin().await?;
+        let groups = scope::by_tenant(items, |k| k.tenant.as_str());
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        let mut scoped = scope::TenantScope::planned_once();
+        let mut tx = scoped.begin(&self.pool, first).await?;
         let now = now_ms();
         let mut out: Vec<Option<BeginReview>> = vec![None; items.len()];
         let mut started = vec![false; items.len()];
-        let mut scoped = scope::TenantScope::planned_once();
-        for (tenant, mut indices) in scope::by_tenant(items, |k| k.tenant.as_str()) {
+        for (tenant, mut indices) in groups {
             scoped.enter(&mut tx, &tenant).await?;
             // Rows are locked in id order (see `scope::by_tenant`); a proposal
             // that is not PENDING is not locked, and resumed as it is.
@@ -469,18 +473,17 @@ impl Reviews for PostgresStore {
     /// malformed row fails only the reviews that read it.
     #[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
-        let mut tx = self.pool.begin().await?;
+        let groups = scope::by_tenant(proposals, |p| p.tenant.as_str());
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
         // One snapshot, and plans for each batch's own parameters (see
         // `scope::CUSTOM_PLANS`).
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(&format!("SELECT {}", scope::CUSTOM_PLANS))
-            .execute(&mut *tx)
-            .await?;
+        let mut scoped = scope::TenantScope::snapshot_planned_per_run();
+        let mut tx = scoped.begin(&self.pool, first).await?;
         let mut batch = facts::Batch::new(proposals);
-        for (tenant, indices) in scope::by_tenant(proposals, |p| p.tenant.as_str()) {
-            scope::enter_tenant(&mut tx, &tenant).await?;
+        for (tenant, indices) in groups {
+            scoped.enter(&mut tx, &tenant).await?;
             let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
                 batch.tenant_missing(&tenant, &indices);
                 continue;
@@ -554,12 +557,16 @@ impl Reviews for PostgresStore {
         &self,
         items: Vec<(ReviewKey, Decision)>,
     ) -> Result<Vec<RecordOutcome>> {
-        let mut tx = self.pool.begin().await?;
+        let groups = scope::by_tenant(&items, |(k, _)| k.tenant.as_str());
+        let Some((first, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        let mut scoped = scope::TenantScope::planned_once();
+        let mut tx = scoped.begin(&self.pool, first).await?;
         let now = now_ms();
         let mut out: Vec<Option<RecordOutcome>> = vec![None; items.len()];
-        let mut scoped = scope::TenantScope::planned_once();
         let mut prepared = Vec::new();
-        for (tenant, indices) in scope::by_tenant(&items, |(k, _)| k.tenant.as_str()) {
+        for (tenant, indices) in groups {
             scoped.enter(&mut tx, &tenant).await?;
             let group: Vec<&(ReviewKey, Decision)> = indices.iter().map(|&i| &items[i]).collect();
             let found = lock_tenant(&mut tx, &tenant, &group).await?;

@@ -2,25 +2,28 @@
 //! migrations/postgres/0001_foundation.sql). Every statement of the store runs
 //! in a transaction that starts here; the settings are transaction-local, so
 //! nothing carries over on a pooled connection.
+//!
+//! A transaction's `BEGIN` and its first scope travel together, in one simple
+//! query: a round trip to the database is the largest part of a short
+//! transaction's cost on both sides. A tenant name within the rules
+//! ([`validate_tenant_name`]: `[a-z0-9-]`, nothing to quote) is written into
+//! that statement; any other name is bound as a parameter in a statement of
+//! its own, as every later change of scope is.
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
-use crate::Result;
+use crate::{Result, validate_tenant_name};
 
 pub type Tx = Transaction<'static, Postgres>;
 
 /// A transaction that sees and writes one tenant's rows only.
 pub async fn tenant(pool: &PgPool, tenant: &str) -> Result<Tx> {
-    let mut tx = pool.begin().await?;
-    enter_tenant(&mut tx, tenant).await?;
-    Ok(tx)
+    TenantScope::default().begin(pool, tenant).await
 }
 
 /// [`tenant`], its statements planned for their parameters ([`CUSTOM_PLANS`]).
 pub async fn tenant_planned_per_run(pool: &PgPool, tenant: &str) -> Result<Tx> {
-    let mut tx = pool.begin().await?;
-    enter_with(&mut tx, tenant, Some(CUSTOM_PLANS)).await?;
-    Ok(tx)
+    TenantScope::planned_per_run().begin(pool, tenant).await
 }
 
 /// The tenant scope a transaction is in, for a batch whose phases revisit its
@@ -31,6 +34,8 @@ pub struct TenantScope {
     current: Option<String>,
     /// Settings for the whole transaction, sent with the first move.
     settings: Option<&'static str>,
+    /// What follows `BEGIN` (isolation level, access mode).
+    characteristics: &'static str,
 }
 
 impl TenantScope {
@@ -38,9 +43,48 @@ impl TenantScope {
     /// set with its first move at no statement of its own.
     pub fn planned_once() -> TenantScope {
         TenantScope {
-            current: None,
             settings: Some(GENERIC_PLANS),
+            ..TenantScope::default()
         }
+    }
+
+    /// A scope whose transaction plans every statement for its parameters
+    /// ([`CUSTOM_PLANS`]).
+    pub fn planned_per_run() -> TenantScope {
+        TenantScope {
+            settings: Some(CUSTOM_PLANS),
+            ..TenantScope::default()
+        }
+    }
+
+    /// [`TenantScope::planned_per_run`] in one read-only snapshot of the
+    /// database (`REPEATABLE READ`): every tenant of a batch read as of one
+    /// moment.
+    pub fn snapshot_planned_per_run() -> TenantScope {
+        TenantScope {
+            characteristics: " ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            ..TenantScope::planned_per_run()
+        }
+    }
+
+    /// Begins the transaction in `tenant`'s scope.
+    pub async fn begin(&mut self, pool: &PgPool, tenant: &str) -> Result<Tx> {
+        let settings = self.settings.take();
+        let begin = format!("BEGIN{}", self.characteristics);
+        let tx = if validate_tenant_name(tenant).is_ok() {
+            let more = settings.map(|s| format!(", {s}")).unwrap_or_default();
+            pool.begin_with(format!(
+                "{begin}; SELECT set_config('app.tenant_id', '{tenant}', true), \
+                 set_config('app.scope', '', true){more}"
+            ))
+            .await?
+        } else {
+            let mut tx = pool.begin_with(begin).await?;
+            enter_with(&mut tx, tenant, settings).await?;
+            tx
+        };
+        self.current = Some(tenant.to_owned());
+        Ok(tx)
     }
 
     pub async fn enter(&mut self, conn: &mut PgConnection, tenant: &str) -> Result<()> {
@@ -104,13 +148,12 @@ pub async fn system_planned_once(pool: &PgPool) -> Result<Tx> {
 }
 
 async fn system_with(pool: &PgPool, settings: &str) -> Result<Tx> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(&format!(
-        "SELECT set_config('app.scope', 'system', true), set_config('app.tenant_id', '', true){settings}"
-    ))
-    .execute(&mut *tx)
-    .await?;
-    Ok(tx)
+    Ok(pool
+        .begin_with(format!(
+            "BEGIN; SELECT set_config('app.scope', 'system', true), \
+             set_config('app.tenant_id', '', true){settings}"
+        ))
+        .await?)
 }
 
 /// Writes the events of the transaction's state changes so far, now rather

@@ -103,11 +103,7 @@ async fn log_events(
 impl Suppressions for PostgresStore {
     #[tracing::instrument(name = "store.postgres.record_suppressed", skip_all, fields(proposals = counts.len()))]
     async fn record_suppressed(&self, counts: Vec<(ReviewKey, u64)>) -> Result<()> {
-        if counts.is_empty() {
-            return Ok(());
-        }
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
         let groups: Vec<(String, Vec<&str>, Vec<i64>)> =
             scope::by_tenant(&counts, |(k, _)| k.tenant.as_str())
                 .into_iter()
@@ -120,7 +116,11 @@ impl Suppressions for PostgresStore {
                     (tenant, ids, ns)
                 })
                 .collect();
+        let Some((first, _, _)) = groups.first() else {
+            return Ok(());
+        };
         let mut scoped = scope::TenantScope::default();
+        let mut tx = scoped.begin(&self.pool, first).await?;
         // Every row lock first, then the events (the event log's lock must be a
         // transaction's last; see migrations/postgres/0010).
         for (tenant, ids, ns) in &groups {
