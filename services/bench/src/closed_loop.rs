@@ -114,6 +114,19 @@ impl Loop {
             / self.wall.as_secs_f64().max(1e-9)
     }
 
+    /// Adds `other`'s calls, time and server CPU to these: one loop's
+    /// blocks, measured in turns with another's, summed.
+    pub(crate) fn absorb(&mut self, other: Loop) -> anyhow::Result<()> {
+        self.latency.add(&other.latency)?;
+        add_counts(&mut self.outcomes, "", &other.outcomes);
+        self.wall += other.wall;
+        self.server.cpu_seconds += other.server.cpu_seconds;
+        self.server.cpu_cores_used = self.server.cpu_seconds / self.wall.as_secs_f64().max(1e-9);
+        self.server.rss_mib = other.server.rss_mib;
+        self.server.peak_rss_mib = other.server.peak_rss_mib;
+        Ok(())
+    }
+
     /// Server CPU microseconds per call.
     pub(crate) fn server_us_per_call(&self) -> f64 {
         self.server.cpu_seconds * 1e6 / self.outcomes.values().sum::<u64>().max(1) as f64
@@ -128,10 +141,31 @@ pub(crate) async fn health_checks(
     connections: u64,
     calls: u64,
 ) -> anyhow::Result<Loop> {
+    let health = health_connections(server, clients, connections).await?;
+    health_checks_on(server, health, clients, calls).await
+}
+
+/// `connections` health clients (at most one a client), for
+/// [`health_checks_on`].
+pub(crate) async fn health_connections(
+    server: &Server,
+    clients: u64,
+    connections: u64,
+) -> anyhow::Result<Vec<HealthClient<tonic::transport::Channel>>> {
     let mut health = Vec::new();
     for _ in 0..connections.clamp(1, clients.max(1)) {
         health.push(HealthClient::new(channel(&server.endpoint).await?));
     }
+    Ok(health)
+}
+
+/// [`health_checks`] over connections already made.
+pub(crate) async fn health_checks_on(
+    server: &Server,
+    health: Vec<HealthClient<tonic::transport::Channel>>,
+    clients: u64,
+    calls: u64,
+) -> anyhow::Result<Loop> {
     closed_loop(server, health, clients, calls, |client| {
         Box::pin(async move {
             let r = client.check(HealthCheckRequest::default()).await;

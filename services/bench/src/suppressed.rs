@@ -1,6 +1,7 @@
 //! `suppressed`: identical resubmissions of a rejected proposal, answered from
 //! the suppression cache; throughput and latency at N clients, beside the
-//! transport floor (gRPC health checks from the same clients, same run).
+//! transport floor (gRPC health checks from the same clients, same run, in
+//! blocks that alternate with the retries').
 
 use std::{
     collections::BTreeMap,
@@ -12,11 +13,14 @@ use serde_json::json;
 
 use crate::{
     BenchArgs, SuppressedArgs, baseline,
-    closed_loop::{closed_loop, errors_of, health_checks, outcome},
+    closed_loop::{Loop, closed_loop, errors_of, health_checks_on, health_connections, outcome},
     report::{Machine, Percentiles, Report, add_counts},
     scenario::{MAX_TARGETS, now_rfc3339, proposals, seed, spec},
     server::Server,
 };
+
+/// How many blocks of retries, each followed by a block of health checks.
+pub const BLOCKS: u64 = 4;
 
 pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
@@ -67,29 +71,54 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     for _ in 0..connections {
         shared.push(proposals(&server.endpoint, &key).await?);
     }
-    let retries = closed_loop(&server, shared, load.clients, load.submits, move |client| {
-        let spec = Some(doomed.clone());
-        Box::pin(async move {
-            let r = client
-                .submit(SubmitRequest {
-                    spec,
-                    ..Default::default()
+    let health = health_connections(&server, load.clients, connections).await?;
+    // The retries and the floor (the cheapest call this server answers, from
+    // the same clients over as many connections) in alternating blocks, each
+    // side's summed: whatever the machine does meanwhile falls on both.
+    let mut sides: Option<(Loop, Loop)> = None;
+    for turn in 0..BLOCKS {
+        let block = load.submits * (turn + 1) / BLOCKS - load.submits * turn / BLOCKS;
+        if block == 0 {
+            continue;
+        }
+        let spec = doomed.clone();
+        let retried = closed_loop(
+            &server,
+            shared.clone(),
+            load.clients,
+            block,
+            move |client| {
+                let spec = Some(spec.clone());
+                Box::pin(async move {
+                    let r = client
+                        .submit(SubmitRequest {
+                            spec,
+                            ..Default::default()
+                        })
+                        .await;
+                    outcome(r, |r| {
+                        if r.get_ref().suppressed {
+                            "suppressed"
+                        } else {
+                            "reviewed"
+                        }
+                    })
                 })
-                .await;
-            outcome(r, |r| {
-                if r.get_ref().suppressed {
-                    "suppressed"
-                } else {
-                    "reviewed"
-                }
-            })
-        })
-    })
-    .await?;
-
-    // The floor: the cheapest call this server answers, from the same
-    // clients over as many connections.
-    let floor = health_checks(&server, load.clients, connections, load.submits).await?;
+            },
+        )
+        .await?;
+        let checked = health_checks_on(&server, health.clone(), load.clients, block).await?;
+        match &mut sides {
+            Some((retries, floor)) => {
+                retries.absorb(retried)?;
+                floor.absorb(checked)?;
+            }
+            None => sides = Some((retried, checked)),
+        }
+    }
+    let Some((retries, floor)) = sides else {
+        anyhow::bail!("no block was measured");
+    };
 
     let suppressed = retries
         .outcomes
@@ -109,7 +138,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         machine: Machine::here(),
         params: json!({
             "submits": load.submits, "clients": load.clients, "reviewers": args.reviewers,
-            "connections": connections,
+            "connections": connections, "blocks": BLOCKS,
             "backend": "embedded (SQLite + embedded queue)",
             "server_cpu_us_per_suppressed_submit": retries.server_us_per_call(),
             "server_cpu_us_per_health_check": floor.server_us_per_call(),
