@@ -239,6 +239,19 @@ async fn refreshed_statistics_turn_a_young_tables_batch_reads_into_key_reads() {
     assert!(after.contains("Index Cond: (id = ANY"), "{after}");
     // Nothing changed since: nothing to do.
     assert_eq!(store.refresh_statistics().await.unwrap(), 0);
+    // The refresh samples at a target of 10 (migration 0027): a histogram of
+    // at most 11 bounds where the server's target of 100 makes 101 of the
+    // 5,000 distinct `created_at` values. Row security hides a table's
+    // statistics from its own roles; the superuser reads them.
+    let mut superuser = db.superuser_connection().await;
+    let bounds: i32 = sqlx::query_scalar(
+        "SELECT array_length(histogram_bounds, 1) FROM pg_stats
+         WHERE tablename = 'proposals' AND attname = 'created_at'",
+    )
+    .fetch_one(&mut superuser)
+    .await
+    .unwrap();
+    assert!(bounds <= 11, "{bounds} histogram bounds");
 }
 
 /// Grows tenants to so many decided proposals each (with their SUBMITTED
