@@ -9,6 +9,7 @@ mod baseline;
 mod board;
 mod burners;
 mod closed_loop;
+mod encoded;
 mod escalation;
 mod growth;
 mod model;

@@ -135,6 +135,11 @@ fn stat_of(pid: &str) -> Option<(u32, u32, String, u64, u64)> {
     ))
 }
 
+/// One process's own CPU seconds, user and system (0 when it is gone).
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    stat_of(&pid.to_string()).map_or(0.0, |(_, _, _, own, _)| own as f64 / 100.0) // USER_HZ
+}
+
 /// CPU seconds of every process named `comm` on this machine, with what its
 /// tree's root has reaped: PostgreSQL's backends come and go, and the ticks
 /// of one that ended are counted in the postmaster's children time.
@@ -263,18 +268,7 @@ impl Server {
 
     pub fn usage(&self) -> Usage {
         let pid = self.child.id();
-        let ticks = 100.0; // USER_HZ on Linux
-        let cpu_seconds = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                // Fields after the `(comm)`; utime and stime are the 12th and 13th of them.
-                let rest = stat.rsplit_once(')')?.1;
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                let utime: f64 = fields.get(11)?.parse().ok()?;
-                let stime: f64 = fields.get(12)?.parse().ok()?;
-                Some((utime + stime) / ticks)
-            })
-            .unwrap_or_default();
+        let cpu_seconds = cpu_seconds_of(pid);
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let kib = |name: &str| {
             status

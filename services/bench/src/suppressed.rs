@@ -14,6 +14,7 @@ use serde_json::json;
 use crate::{
     BenchArgs, SuppressedArgs, baseline,
     closed_loop::{Loop, closed_loop, errors_of, health_checks_on, health_connections, outcome},
+    encoded::{EncodedCall, SUBMIT, SubmitAnswer},
     report::{Machine, Percentiles, Report, add_counts},
     scenario::{MAX_TARGETS, now_rfc3339, proposals, seed, spec},
     server::Server,
@@ -67,9 +68,17 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         .connections
         .unwrap_or(load.clients)
         .clamp(1, load.clients.max(1));
+    // Each retry sends the same request, encoded once, and reads only
+    // whether it was suppressed (`encoded.rs`).
+    let retry = SubmitRequest {
+        spec: Some(doomed),
+        ..Default::default()
+    };
     let mut shared = Vec::new();
     for _ in 0..connections {
-        shared.push(proposals(&server.endpoint, &key).await?);
+        shared.push(
+            EncodedCall::<SubmitAnswer>::connect(&server.endpoint, &key, SUBMIT, &retry).await?,
+        );
     }
     let health = health_connections(&server, load.clients, connections).await?;
     // The retries and the floor (the cheapest call this server answers, from
@@ -81,31 +90,18 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
         if block == 0 {
             continue;
         }
-        let spec = doomed.clone();
-        let retried = closed_loop(
-            &server,
-            shared.clone(),
-            load.clients,
-            block,
-            move |client| {
-                let spec = Some(spec.clone());
-                Box::pin(async move {
-                    let r = client
-                        .submit(SubmitRequest {
-                            spec,
-                            ..Default::default()
-                        })
-                        .await;
-                    outcome(r, |r| {
-                        if r.get_ref().suppressed {
-                            "suppressed"
-                        } else {
-                            "reviewed"
-                        }
-                    })
+        let retried = closed_loop(&server, shared.clone(), load.clients, block, |client| {
+            Box::pin(async move {
+                let r = client.call().await;
+                outcome(r, |r| {
+                    if r.suppressed {
+                        "suppressed"
+                    } else {
+                        "reviewed"
+                    }
                 })
-            },
-        )
+            })
+        })
         .await?;
         let checked = health_checks_on(&server, health.clone(), load.clients, block).await?;
         match &mut sides {
@@ -132,6 +128,7 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
     let p99_ratio =
         Percentiles::of(&retries.latency).p99_ms / Percentiles::of(&floor.latency).p99_ms.max(1e-9);
     let cpu_ratio = retries.server_us_per_call() / floor.server_us_per_call().max(1e-9);
+    let generator_ratio = retries.generator_us_per_call() / floor.generator_us_per_call().max(1e-9);
     Ok(Report {
         scenario: "suppressed".into(),
         started_at,
@@ -142,6 +139,8 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
             "backend": "embedded (SQLite + embedded queue)",
             "server_cpu_us_per_suppressed_submit": retries.server_us_per_call(),
             "server_cpu_us_per_health_check": floor.server_us_per_call(),
+            "generator_cpu_us_per_suppressed_submit": retries.generator_us_per_call(),
+            "generator_cpu_us_per_health_check": floor.generator_us_per_call(),
         }),
         duration_s: retries.wall.as_secs_f64(),
         throughput_per_s: throughput,
@@ -175,6 +174,10 @@ pub async fn suppressed(args: &BenchArgs, load: &SuppressedArgs) -> anyhow::Resu
             (
                 "server cpu per suppressed submit / per health check".to_owned(),
                 cpu_ratio,
+            ),
+            (
+                "generator cpu per suppressed submit / per health check".to_owned(),
+                generator_ratio,
             ),
         ]),
         writes_per_decision: BTreeMap::new(),

@@ -340,6 +340,13 @@ fn a_tiny_suppressed_run_answers_every_retry_from_the_cache() {
     // in blocks that alternate with the retries'.
     assert_eq!(report["latencies"]["health check (floor)"]["count"], 202);
     assert_eq!(report["params"]["blocks"], 4, "{report}");
+    // The load generator's own CPU a call, on each side (it shares the cores).
+    for side in ["suppressed_submit", "health_check"] {
+        assert!(
+            report["params"][format!("generator_cpu_us_per_{side}")].is_number(),
+            "{report}"
+        );
+    }
     assert!(
         report["baselines"]["grpc_health_checks_per_s"]
             .as_f64()
