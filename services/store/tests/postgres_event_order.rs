@@ -61,6 +61,83 @@ async fn tenants_a_and_b_with_a_proposal_of_a(
     (store, earlier)
 }
 
+/// Whether another connection could take the event log's lock now.
+async fn event_log_is_free(other: &mut sqlx::PgConnection) -> bool {
+    let mut tx = other.begin().await.unwrap();
+    let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7310291346331861)")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    free
+}
+
+/// What the transaction's own setting says of the lock (0028).
+async fn held_by_its_setting(tx: &mut sqlx::PgConnection) -> bool {
+    let held: Option<String> =
+        sqlx::query_scalar("SELECT current_setting('countersign.event_log_held', true)")
+            .fetch_one(tx)
+            .await
+            .unwrap();
+    held.as_deref() == Some("on")
+}
+
+#[tokio::test]
+async fn the_event_logs_lock_and_the_setting_that_says_it_is_held_come_and_go_together() {
+    let db = TestDatabase::migrated().await;
+    let (_store, earlier) = tenants_a_and_b_with_a_proposal_of_a(&db).await;
+    let mut other = db.app_connection().await;
+    let mut conn = db.app_connection().await;
+    let mut tx = in_tenant_a(&mut conn).await;
+    let append = "INSERT INTO events (tenant, proposal_id, kind, state, created_at)
+                  VALUES ('a', $1, 'SUPPRESSED', 'pending', 1) RETURNING tenant_cursor";
+    assert!(!held_by_its_setting(&mut tx).await);
+
+    // A savepoint takes both with its first event, and its rollback gives
+    // both back: no later event of the transaction trusts a lock it lost.
+    sqlx::query("SAVEPOINT first")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let rolled_back: i64 = sqlx::query_scalar(append)
+        .bind(&earlier.id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert!(held_by_its_setting(&mut tx).await);
+    assert!(!event_log_is_free(&mut other).await);
+    sqlx::query("ROLLBACK TO SAVEPOINT first")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(!held_by_its_setting(&mut tx).await);
+    assert!(event_log_is_free(&mut other).await);
+
+    // The next event takes the lock again, and the tenant's cursor it
+    // takes is the one the rolled-back event had.
+    let appended: i64 = sqlx::query_scalar(append)
+        .bind(&earlier.id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(appended, rolled_back);
+    assert!(held_by_its_setting(&mut tx).await);
+    assert!(!event_log_is_free(&mut other).await);
+    // A second event reads the setting; the lock stays held to the commit.
+    let next: i64 = sqlx::query_scalar(append)
+        .bind(&earlier.id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(next, appended + 1);
+    tx.commit().await.unwrap();
+    assert!(event_log_is_free(&mut other).await);
+    assert!(
+        !held_by_its_setting(&mut conn).await,
+        "the setting ends with its transaction"
+    );
+}
+
 #[tokio::test]
 async fn a_transaction_holding_an_uncommitted_event_delays_the_next_cursor_until_it_commits() {
     let db = TestDatabase::migrated().await;
