@@ -9,18 +9,23 @@
 -- A tenant's next cursor is an UPDATE of its row, which exists from its first
 -- event on; the insert is for that first event only. Both run under the lock,
 -- so no other transaction takes a cursor between them.
+-- Whether this transaction holds the lock (a SQL function, inlined into the
+-- triggers' conditions: no statement of its own).
+CREATE FUNCTION event_log_held() RETURNS boolean LANGUAGE sql AS $$
+    SELECT current_setting('countersign.event_log_held', true) IS NOT DISTINCT FROM 'on';
+$$;
+
+-- Takes the lock and says so; the triggers call it only when not held.
 CREATE FUNCTION hold_event_log() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('countersign.event_log_held', true) IS DISTINCT FROM 'on' THEN
-        PERFORM lock_event_log();
-        PERFORM set_config('countersign.event_log_held', 'on', true);
-    END IF;
+    PERFORM lock_event_log();
+    PERFORM set_config('countersign.event_log_held', 'on', true);
 END;
 $$;
 
 CREATE OR REPLACE FUNCTION events_take_cursor() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('countersign.event_log_held', true) IS DISTINCT FROM 'on' THEN
+    IF NOT event_log_held() THEN
         PERFORM hold_event_log();
     END IF;
     NEW.cursor := nextval('events_cursor_seq');
@@ -38,7 +43,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION decisions_take_commit_order() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('countersign.event_log_held', true) IS DISTINCT FROM 'on' THEN
+    IF NOT event_log_held() THEN
         PERFORM hold_event_log();
     END IF;
     NEW.commit_order := nextval('decisions_commit_order');

@@ -36,22 +36,12 @@ pub(crate) struct SubmitAnswer {
 }
 
 /// One connection's caller of one method with one request, already encoded.
+#[derive(Clone)]
 pub(crate) struct EncodedCall<A> {
     grpc: tonic::client::Grpc<InterceptedService<Channel, BearerAuth>>,
     path: PathAndQuery,
     body: Bytes,
     answer: PhantomData<fn() -> A>,
-}
-
-impl<A> Clone for EncodedCall<A> {
-    fn clone(&self) -> Self {
-        EncodedCall {
-            grpc: self.grpc.clone(),
-            path: self.path.clone(),
-            body: self.body.clone(),
-            answer: PhantomData,
-        }
-    }
 }
 
 impl<A: Message + Default + Send + 'static> EncodedCall<A> {
