@@ -359,6 +359,58 @@ pub async fn a_cancelled_proposal_stays_cancelled(store: DynStore) {
     ));
 }
 
+/// An operation overlaps others while it is open, PENDING or REVIEWING, and
+/// never again once it is cancelled or rejected.
+pub async fn an_operation_overlaps_while_open_and_not_after_its_cancel(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    put_online(&store, "a", "n1", "c1").await;
+    let pending = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    let reviewing = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    begin_review(&store, "a", &reviewing.id).await.unwrap();
+    let cancelled = propose(&store, "a", "n1", BlastRadius::TenantWide).await;
+    let cancelled_in_review = propose(&store, "a", "n1", BlastRadius::Cluster).await;
+    begin_review(&store, "a", &cancelled_in_review.id)
+        .await
+        .unwrap();
+    let rejected = propose(&store, "a", "n1", BlastRadius::SingleDevice).await;
+    begin_review(&store, "a", &rejected.id).await.unwrap();
+    store
+        .record_decision("a", &rejected.id, rejection(&rejected.spec))
+        .await
+        .unwrap();
+    for p in [&cancelled, &cancelled_in_review] {
+        store
+            .cancel_proposal("a", &p.id, "not now", None)
+            .await
+            .unwrap();
+    }
+    for tenant_wide in [false, true] {
+        let radius = if tenant_wide {
+            BlastRadius::TenantWide
+        } else {
+            BlastRadius::SingleDevice
+        };
+        let later = propose(&store, "a", "n1", radius).await;
+        let facts = review_facts(&store, &later).await.unwrap();
+        let open: std::collections::BTreeSet<String> = [&pending, &reviewing]
+            .iter()
+            .map(|p| p.id.clone())
+            .collect();
+        assert!(ids(&facts).is_superset(&open), "{:?}", ids(&facts));
+        for ended in [&cancelled, &cancelled_in_review, &rejected] {
+            assert!(
+                !ids(&facts).contains(&ended.id),
+                "tenant_wide={tenant_wide}: {}",
+                ended.id
+            );
+        }
+        store
+            .cancel_proposal("a", &later.id, "done", None)
+            .await
+            .unwrap();
+    }
+}
+
 pub async fn a_key_cancels_only_what_it_submitted(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     store.create_tenant("b").await.unwrap();
@@ -2011,6 +2063,7 @@ macro_rules! every_store_test {
             an_idempotency_key_returns_the_same_proposal_or_conflicts,
             concurrent_submissions_are_each_answered_as_if_alone,
             a_cancelled_proposal_stays_cancelled,
+            an_operation_overlaps_while_open_and_not_after_its_cancel,
             a_key_cancels_only_what_it_submitted,
             an_idempotency_key_is_found_before_any_insert,
             review_facts_find_exactly_the_overlapping_earlier_operations,

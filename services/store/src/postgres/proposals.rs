@@ -182,7 +182,7 @@ impl Proposals for PostgresStore {
     ) -> Result<Proposal> {
         let mut tx = scope::tenant(&self.pool, tenant).await?;
         let row = sqlx::query(
-            "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2
+            "UPDATE proposals SET state = 'cancelled', cancel_reason = $1, updated_at = $2, decided_at = $2
              WHERE id = $4 AND tenant IS NOT DISTINCT FROM $3
                AND state IN ('pending', 'reviewing', 'escalated')
                AND ($5::text IS NULL OR submitted_key = $5)

@@ -138,7 +138,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     let mut branches = vec![
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
-             AND state IN ('pending', 'reviewing', 'escalated')"
+             AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND target = ANY($2)
@@ -146,7 +146,8 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing', 'escalated')"
+             AND blast_radius IN ('tenant_wide', 'cluster') AND decided_at IS NULL
+             AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
@@ -158,7 +159,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         branches.extend([
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1
-                 AND state IN ('pending', 'reviewing', 'escalated')"
+                 AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
             ),
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = $1 AND state = 'approved'
@@ -172,7 +173,7 @@ pub fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
                     p2.decided_at
                  FROM targets t2 JOIN proposals p2 ON p2.tenant = t2.tenant AND p2.target = t2.id
                  WHERE t2.tenant = $1 AND t2.cluster = ANY($4)
-                 AND (p2.state IN ('pending', 'reviewing', 'escalated')
+                 AND ((p2.decided_at IS NULL AND p2.state IN ('pending', 'reviewing', 'escalated'))
                       OR (p2.state = 'approved' AND p2.decided_at >= $3))"
                 .to_owned(),
         );

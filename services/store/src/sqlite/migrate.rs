@@ -43,6 +43,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0022_console_sessions.sql",
     "0023_lean_decision_path.sql",
     "0024_audit_filters_covered.sql",
+    "0025_facts_by_end.sql",
 ];
 
 /// Why the schema could not be brought up to date.
@@ -367,11 +368,13 @@ mod tests {
             .unwrap();
         assert!(escalated.contains("'escalated'"), "{escalated}");
         let newer: Vec<i64> = after[before.len() + 1..].iter().map(|row| row.0).collect();
-        assert_eq!(
-            newer,
-            [17, 18, 19, 20, 21, 22, 23, 24],
-            "and every migration after it"
-        );
+        let embedded_after: Vec<i64> = Migrations::embedded()
+            .0
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| *v > 16)
+            .collect();
+        assert_eq!(newer, embedded_after, "and every migration after it");
         Migrations::embedded().run(&mut conn).unwrap();
         assert_eq!(recorded(&conn), after);
     }

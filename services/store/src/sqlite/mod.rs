@@ -220,12 +220,12 @@ pub(crate) mod tests {
                 "decisions sqlite_autoindex_decisions_1",
                 "events events_by_tenant_cursor",
                 "events events_votes_by_proposal partial",
+                "proposals proposals_by_end",
                 "proposals proposals_idempotency partial",
-                "proposals proposals_open",
                 "proposals proposals_operator_rejections partial",
-                "proposals proposals_radius_state partial",
+                "proposals proposals_radius_end partial",
                 "proposals proposals_reviewing partial",
-                "proposals proposals_target_state",
+                "proposals proposals_target_end",
                 "proposals sqlite_autoindex_proposals_1",
                 "queue_entries queue_by_tenant partial",
                 "queue_entries queue_leased partial",
@@ -248,6 +248,33 @@ pub(crate) mod tests {
                     steps.push(row.get::<_, String>(3)?);
                 }
                 Ok::<_, rusqlite::Error>(steps)
+            })
+            .await
+            .unwrap()
+    }
+
+    /// The B-trees `statement` writes (its bytecode's `OpenWrite`s), by name:
+    /// SQLite opens an index for writing only where the statement changes a
+    /// column the index holds or its `WHERE` reads.
+    pub(crate) async fn written_by(statement: &str) -> Vec<String> {
+        let (store, _dir) = migrated().await;
+        let explain = format!("EXPLAIN {statement}");
+        store
+            .on_writer(move |conn| {
+                let roots: std::collections::HashMap<i64, String> = conn
+                    .prepare("SELECT rootpage, name FROM sqlite_master WHERE rootpage > 0")?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let mut statement = conn.prepare(&explain)?;
+                let mut rows = statement.raw_query();
+                let mut written = std::collections::BTreeSet::new();
+                while let Some(row) = rows.next()? {
+                    if row.get::<_, String>(1)? == "OpenWrite" {
+                        let root: i64 = row.get(3)?;
+                        written.insert(roots.get(&root).cloned().unwrap_or(root.to_string()));
+                    }
+                }
+                Ok::<_, rusqlite::Error>(written.into_iter().collect())
             })
             .await
             .unwrap()

@@ -185,7 +185,7 @@ pub fn cancel(
 ) -> Result<(Proposal, StoreEvent)> {
     let cancelled = conn
         .prepare_cached(
-            "UPDATE proposals SET state = 'cancelled', cancel_reason = ?1, updated_at = ?2
+            "UPDATE proposals SET state = 'cancelled', cancel_reason = ?1, updated_at = ?2, decided_at = ?2
              WHERE tenant = ?3 AND id = ?4 AND state IN ('pending', 'reviewing', 'escalated')
                AND (?5 IS NULL OR submitted_key = ?5)
              RETURNING *",

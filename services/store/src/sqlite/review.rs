@@ -111,8 +111,10 @@ pub fn begin_many(
 /// The operations that may overlap any review of a tenant group, in one
 /// statement (`?1` the tenant, `?2` the group's targets and `?4` the clusters
 /// of its cluster-wide reviews as JSON arrays, `?3` the window's start). Each
-/// branch is one range of `proposals_target_state` or `proposals_radius_state`
-/// (the tenant-wide branches of `proposals_open`); which candidates block which
+/// branch is one range of `proposals_target_end` or `proposals_radius_end`
+/// (the tenant-wide branches of `proposals_by_end`): the open operations at
+/// `decided_at IS NULL`, the approvals of the window from its start on (the
+/// row's state says which of those approved); which candidates block which
 /// review is the domain's rule (`gates::blocks`). One statement per group, not
 /// one per review: those were a third of a batch's statements.
 fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
@@ -120,7 +122,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     let mut branches = vec![
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND target IN (SELECT value FROM json_each(?2)) AND state IN ('pending', 'reviewing', 'escalated')"
+             AND target IN (SELECT value FROM json_each(?2)) AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
@@ -129,7 +131,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state IN ('pending', 'reviewing', 'escalated')"
+             AND blast_radius IN ('tenant_wide', 'cluster') AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
@@ -141,7 +143,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         branches.extend([
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-                 AND state IN ('pending', 'reviewing', 'escalated')"
+                 AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
             ),
             format!(
                 "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1 AND state = 'approved'
@@ -156,7 +158,7 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
                  FROM targets t2 CROSS JOIN proposals p2
                    ON p2.tenant = t2.tenant AND p2.target = t2.id
                  WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))
-                 AND (p2.state IN ('pending', 'reviewing', 'escalated')
+                 AND ((p2.decided_at IS NULL AND p2.state IN ('pending', 'reviewing', 'escalated'))
                       OR (p2.state = 'approved' AND p2.decided_at >= ?3))"
                 .to_owned(),
         );
@@ -547,6 +549,29 @@ mod tests {
         );
     }
 
+    /// A review's start writes the proposal, the index of the reviews under
+    /// way and the breaker's partial index (whose `WHERE` reads the state;
+    /// no entry moves, as neither state is a rejection): the facts' indexes
+    /// hold no column it changes, so none of their entries moves.
+    #[tokio::test]
+    async fn a_reviews_start_moves_no_entry_of_the_facts_indexes() {
+        let written = crate::sqlite::tests::written_by(super::BEGIN).await;
+        let proposals: Vec<&str> = written
+            .iter()
+            .map(String::as_str)
+            .filter(|name| name.starts_with("proposals"))
+            .collect();
+        assert_eq!(
+            proposals,
+            [
+                "proposals",
+                "proposals_operator_rejections",
+                "proposals_reviewing"
+            ],
+            "{written:?}"
+        );
+    }
+
     /// The candidates of a tenant group, in every shape: each branch reads
     /// `proposals` through a range of one of its indexes, never a scan, so a
     /// batch's facts cost the same behind any number of decided proposals.
@@ -566,6 +591,15 @@ mod tests {
                     .all(|s| s.starts_with("SEARCH") && s.contains("INDEX")),
                 "tenant_wide={tenant_wide} clusters={clusters}: {steps:#?}"
             );
+            // The open operations at `decided_at IS NULL`, the approvals from
+            // the window's start: each branch's range bounds `decided_at`.
+            assert!(
+                reads
+                    .iter()
+                    .filter(|s| s.contains(" proposals "))
+                    .all(|s| s.contains("decided_at=?") || s.contains("decided_at>?")),
+                "tenant_wide={tenant_wide} clusters={clusters}: {steps:#?}"
+            );
         }
     }
 
@@ -581,14 +615,14 @@ mod tests {
         );
     }
 
-    /// The radius branches of the candidates read `proposals_radius_state`,
+    /// The radius branches of the candidates read `proposals_radius_end`,
     /// which holds cluster-wide and tenant-wide proposals alone.
     #[tokio::test]
     async fn the_candidates_radius_branches_read_the_partial_radius_index() {
         let steps = plan_of(&super::candidates_query(false, false)).await;
         let radius: Vec<&String> = steps
             .iter()
-            .filter(|s| s.contains("proposals_radius_state"))
+            .filter(|s| s.contains("proposals_radius_end"))
             .collect();
         assert_eq!(radius.len(), 2, "{steps:#?}");
     }
