@@ -5,8 +5,9 @@
 //! policies bind the owner again afterwards.
 
 use countersign_store::sqlite::Migrations;
+use countersign_test_support::postgres;
 use rusqlite::params;
-use sqlx::{Row, migrate::Migrator};
+use sqlx::Row;
 
 const INSERT_PROPOSAL: &str = "INSERT INTO proposals (id, tenant, action, class, target,
      blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at,
@@ -87,14 +88,10 @@ fn sqlite_cancelled_proposals_are_given_their_end_and_the_facts_indexes_lose_the
 
 #[tokio::test]
 async fn postgres_cancelled_proposals_of_every_tenant_are_given_their_end() {
-    let (_db, mut conn) = countersign_test_support::postgres::migrated_before("0029").await;
+    let (_db, mut conn) = postgres::migrated_before("0029").await;
     for (id, tenant, state, updated_at, decided_at) in ROWS {
         // The owner writes like the service does: in the tenant's scope.
-        sqlx::query("SELECT set_config('app.tenant_id', $1, false)")
-            .bind(tenant)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        postgres::set_scope(&mut conn, "app.tenant_id", tenant).await;
         sqlx::query("INSERT INTO tenants (name, created_at) VALUES ($1, 0) ON CONFLICT DO NOTHING")
             .bind(tenant)
             .execute(&mut conn)
@@ -110,24 +107,9 @@ async fn postgres_cancelled_proposals_of_every_tenant_are_given_their_end() {
             .await
             .unwrap();
     }
-    sqlx::query("SELECT set_config('app.tenant_id', '', false)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-
-    let migrations =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/postgres");
-    Migrator::new(migrations)
-        .await
-        .unwrap()
-        .run(&mut conn)
-        .await
-        .unwrap();
-
-    sqlx::query("SELECT set_config('app.scope', 'system', false)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    postgres::set_scope(&mut conn, "app.tenant_id", "").await;
+    postgres::migrate_rest(&mut conn).await;
+    postgres::set_scope(&mut conn, "app.scope", "system").await;
     let rows: Vec<(String, Option<i64>)> =
         sqlx::query("SELECT id, decided_at FROM proposals ORDER BY id")
             .fetch_all(&mut conn)

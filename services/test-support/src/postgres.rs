@@ -173,3 +173,25 @@ pub async fn migrated_before(version: &str) -> (TestDatabase, PgConnection) {
         .unwrap();
     (db, conn)
 }
+
+/// Sets `name` (`app.tenant_id`, `app.scope`) on `conn` for its session: a
+/// migration's test writes and reads as the owner, in the scope it names.
+pub async fn set_scope(conn: &mut PgConnection, name: &str, value: &str) {
+    sqlx::query("SELECT set_config($1, $2, false)")
+        .bind(name)
+        .bind(value)
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+/// Runs every migration not yet applied to `conn`'s database.
+pub async fn migrate_rest(conn: &mut PgConnection) {
+    let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/postgres");
+    sqlx::migrate::Migrator::new(all)
+        .await
+        .unwrap()
+        .run(conn)
+        .await
+        .unwrap();
+}
