@@ -152,16 +152,21 @@ fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
         ]);
     }
     if clusters {
-        branches.push(
-            "SELECT p2.id, p2.action, p2.target, p2.blast_radius, p2.state, p2.created_at,
-                    p2.decided_at
-                 FROM targets t2 CROSS JOIN proposals p2
-                   ON p2.tenant = t2.tenant AND p2.target = t2.id
-                 WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))
-                 AND ((p2.decided_at IS NULL AND p2.state IN ('pending', 'reviewing', 'escalated'))
-                      OR (p2.state = 'approved' AND p2.decided_at >= ?3))"
-                .to_owned(),
-        );
+        // The open operations and the window's approvals on the clusters'
+        // targets, each its own range of `proposals_target_end`.
+        for end in [
+            "p2.decided_at IS NULL AND p2.state IN ('pending', 'reviewing', 'escalated')",
+            "p2.decided_at >= ?3 AND p2.state = 'approved'",
+        ] {
+            branches.push(format!(
+                "SELECT p2.id, p2.action, p2.target, p2.blast_radius, p2.state, p2.created_at,
+                        p2.decided_at
+                     FROM targets t2 CROSS JOIN proposals p2
+                       ON p2.tenant = t2.tenant AND p2.target = t2.id
+                     WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))
+                     AND {end}"
+            ));
+        }
     }
     format!(
         "SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
@@ -596,7 +601,7 @@ mod tests {
             assert!(
                 reads
                     .iter()
-                    .filter(|s| s.contains(" proposals "))
+                    .filter(|s| s.contains(" proposals ") || s.contains(" p2 "))
                     .all(|s| s.contains("decided_at=?") || s.contains("decided_at>?")),
                 "tenant_wide={tenant_wide} clusters={clusters}: {steps:#?}"
             );
