@@ -119,55 +119,38 @@ pub fn begin_many(
 /// one per review: those were a third of a batch's statements.
 fn candidates_query(tenant_wide: bool, clusters: bool) -> String {
     const COLUMNS: &str = "id, action, target, blast_radius, state, created_at, decided_at";
-    let mut branches = vec![
+    // What may overlap: the open operations, and the window's approvals. Each
+    // scope below is read once for each, a range of its index. No table
+    // joined with `proposals` has a `decided_at` or a `state`.
+    const ENDS: [&str; 2] = [
+        "decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')",
+        "decided_at >= ?3 AND state = 'approved'",
+    ];
+    let mut scopes = vec![
         format!(
-            "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND target IN (SELECT value FROM json_each(?2)) AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
+            "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1 AND target IN (SELECT value FROM json_each(?2))"
         ),
         format!(
             "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND target IN (SELECT value FROM json_each(?2)) AND state = 'approved'
-             AND decided_at >= ?3"
-        ),
-        format!(
-            "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
-        ),
-        format!(
-            "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-             AND blast_radius IN ('tenant_wide', 'cluster') AND state = 'approved'
-             AND decided_at >= ?3"
+             AND blast_radius IN ('tenant_wide', 'cluster')"
         ),
     ];
     if tenant_wide {
-        branches.extend([
-            format!(
-                "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1
-                 AND decided_at IS NULL AND state IN ('pending', 'reviewing', 'escalated')"
-            ),
-            format!(
-                "SELECT {COLUMNS} FROM proposals WHERE tenant = ?1 AND state = 'approved'
-                 AND decided_at >= ?3"
-            ),
-        ]);
+        scopes.push(format!("SELECT {COLUMNS} FROM proposals WHERE tenant = ?1"));
     }
     if clusters {
-        // The open operations and the window's approvals on the clusters'
-        // targets, each its own range of `proposals_target_end`.
-        for end in [
-            "p2.decided_at IS NULL AND p2.state IN ('pending', 'reviewing', 'escalated')",
-            "p2.decided_at >= ?3 AND p2.state = 'approved'",
-        ] {
-            branches.push(format!(
-                "SELECT p2.id, p2.action, p2.target, p2.blast_radius, p2.state, p2.created_at,
-                        p2.decided_at
-                     FROM targets t2 CROSS JOIN proposals p2
-                       ON p2.tenant = t2.tenant AND p2.target = t2.id
-                     WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))
-                     AND {end}"
-            ));
-        }
+        scopes.push(
+            "SELECT p2.id, p2.action, p2.target, p2.blast_radius, p2.state, p2.created_at,
+                    p2.decided_at
+                 FROM targets t2 CROSS JOIN proposals p2 ON p2.tenant = t2.tenant AND p2.target = t2.id
+                 WHERE t2.tenant = ?1 AND t2.cluster IN (SELECT value FROM json_each(?4))"
+                .to_owned(),
+        );
     }
+    let branches: Vec<String> = scopes
+        .iter()
+        .flat_map(|scope| ENDS.map(|end| format!("{scope} AND {end}")))
+        .collect();
     format!(
         "SELECT p.id, p.action, p.target, p.blast_radius, p.state, p.created_at, p.decided_at,
                 t.cluster
