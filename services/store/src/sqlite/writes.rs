@@ -164,8 +164,6 @@ mod tests {
             .unwrap()
     }
 
-    /// What a job leaves uncommitted is never seen, and never carried into
-    /// the next job's writes (which would commit it).
     /// The level of `synchronous` a job runs with.
     fn level(conn: &mut Connection) -> i64 {
         conn.pragma_query_value(None, "synchronous", |r| r.get(0))
@@ -200,6 +198,8 @@ mod tests {
         assert_eq!(writer.run(level).await.unwrap(), SYNCHRONOUS_NORMAL);
     }
 
+    /// What a job leaves uncommitted is never seen, and never carried into
+    /// the next job's writes (which would commit it).
     #[tokio::test]
     async fn a_transaction_a_job_leaves_open_is_rolled_back() {
         let writer = writer_with_table().await;
