@@ -127,7 +127,7 @@ pub(crate) fn plan<'a, 'f>(
 }
 
 impl Write<'_> {
-    /// The decision's row, as both backends read it from JSON.
+    /// The decision's row as a JSON object, as PostgreSQL reads a batch of them.
     pub fn row(&self) -> serde_json::Value {
         let d = self.decision;
         serde_json::json!({

@@ -27,9 +27,10 @@ pub struct NextEntries {
     /// The progress mark they were chained from, and the one they move it to.
     from: i64,
     through: i64,
-    /// How many, and their JSON array (serialized here, off the writer).
+    /// How many, and each one's columns in [`write_next`]'s order (made
+    /// here, off the writer).
     pub count: u64,
-    entries: String,
+    entries: Vec<[Value; 15]>,
 }
 
 /// The next up to `limit` decisions not in their tenant's log, in the order
@@ -70,29 +71,30 @@ pub fn chain_next(conn: &mut Connection, limit: u32) -> Result<Option<NextEntrie
         };
         heads.insert(record.tenant.clone(), next);
         let (sequence, digest) = (next.size, next.digest);
-        entries.push(serde_json::json!({
-            "tenant": record.tenant,
-            "sequence": sequence,
-            "proposal_id": record.proposal_id,
-            "decided_at": record.decided_at,
-            "action": record.action,
-            "target": record.target,
-            "operator": record.operator,
-            "submitted_by": record.submitted_by,
-            "outcome": record.outcome.as_str(),
-            "blast_radius": record.blast_radius.as_str(),
-            "sop_id": record.sop_id,
-            "record": record.canonical_json(),
-            "digest": hex::encode(digest),
-            "decided_max": next.tide.decided_max,
-            "lateness_max": next.tide.lateness_max,
-        }));
+        let canonical = record.canonical_json();
+        entries.push([
+            Value::Text(record.tenant),
+            Value::Integer(i64::try_from(sequence).unwrap_or(i64::MAX)),
+            Value::Text(record.proposal_id),
+            Value::Integer(record.decided_at),
+            Value::Text(record.action),
+            Value::Text(record.target),
+            Value::Text(record.operator),
+            Value::Text(record.submitted_by),
+            Value::Text(record.outcome.as_str().to_owned()),
+            Value::Text(record.blast_radius.as_str().to_owned()),
+            record.sop_id.map_or(Value::Null, Value::Text),
+            Value::Text(canonical),
+            Value::Text(hex::encode(digest)),
+            Value::Integer(next.tide.decided_max),
+            Value::Integer(next.tide.lateness_max),
+        ]);
     }
     Ok(Some(NextEntries {
         from,
         through,
         count: entries.len() as u64,
-        entries: serde_json::Value::Array(entries).to_string(),
+        entries,
     }))
 }
 
@@ -106,21 +108,16 @@ pub fn write_next(conn: &mut Connection, next: NextEntries) -> Result<bool> {
     if moved != 1 {
         return Ok(false);
     }
-    tx.prepare_cached(
+    let mut insert = tx.prepare_cached(
         "INSERT INTO audit_log (tenant, sequence, proposal_id, decided_at, action, target,
              operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
              decided_max, lateness_max)
-         SELECT json_extract(value, '$.tenant'), json_extract(value, '$.sequence'),
-                json_extract(value, '$.proposal_id'), json_extract(value, '$.decided_at'),
-                json_extract(value, '$.action'), json_extract(value, '$.target'),
-                json_extract(value, '$.operator'), json_extract(value, '$.submitted_by'),
-                json_extract(value, '$.outcome'), json_extract(value, '$.blast_radius'),
-                json_extract(value, '$.sop_id'), json_extract(value, '$.record'),
-                json_extract(value, '$.digest'), json_extract(value, '$.decided_max'),
-                json_extract(value, '$.lateness_max')
-         FROM json_each(?1)",
-    )?
-    .execute([next.entries])?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?;
+    for entry in next.entries {
+        insert.execute(rusqlite::params_from_iter(entry))?;
+    }
+    drop(insert);
     tx.commit()?;
     Ok(true)
 }

@@ -23,9 +23,8 @@ pub fn start(writer: SqliteWriter) -> Submitter {
 
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
 fn commit(conn: &mut Connection, group: Group) {
-    // The group is one INSERT statement, which commits as a whole on its own;
-    // if it fails, each submission is inserted by a statement of its own, and
-    // fails only itself.
+    // The group is one transaction of one INSERT a submission: a submission
+    // whose statement fails fails only itself.
     let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
     let results = proposals::insert_group(conn, news);
     for (result, reply) in results.into_iter().zip(replies) {

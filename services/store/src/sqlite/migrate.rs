@@ -323,16 +323,7 @@ mod tests {
     fn recorded(conn: &Connection) -> Vec<Recorded> {
         conn.prepare("SELECT * FROM _sqlx_migrations ORDER BY version")
             .unwrap()
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })
+            .query_map([], |r| r.try_into())
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()

@@ -1,5 +1,3 @@
-use std::collections::HashSet;
-
 use async_trait::async_trait;
 use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -11,60 +9,51 @@ use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcom
 /// What one submission's insert answers.
 pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 
-/// Inserts the rows of a JSON array (see [`row_of`]) whose idempotency keys
-/// are free, each with its queue entry and SUBMITTED event by trigger, in
-/// order; answers the ids inserted. A key taken by an earlier proposal, or by
-/// one earlier in the array, leaves its row out.
-const INSERT_ROWS: &str = "
+/// Inserts one submission if its idempotency key is free, with its queue
+/// entry and SUBMITTED event by trigger; answers its id if it inserted it. A
+/// key taken by an earlier proposal (or one earlier in the same group) leaves
+/// it out. One prepared statement bound per submission: no array of the
+/// group to encode and for SQLite to parse again field by field.
+const INSERT_ROW: &str = "
 INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent,
     submitted_key, submitted_by_person)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-       value ->> 6, value ->> 7, value ->> 8, value ->> 9, 'pending', value ->> 10,
-       value ->> 11, value ->> 11, value ->> 12, value ->> 13, value ->> 14
-FROM json_each(?1) WHERE true
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?12, ?13, ?14, ?15)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
 
-/// A submission as one element of [`INSERT_ROWS`]'s array.
-fn row_of(new: &NewProposal, id: &str, now: Millis) -> serde_json::Value {
-    let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
-    serde_json::json!([
-        id,
-        new.tenant,
-        new.spec.action,
-        new.spec.class.as_str(),
-        new.spec.target,
-        new.spec.blast_radius.as_str(),
-        new.spec.operator,
-        new.spec.canonical_json(),
-        new.spec.digest(),
-        key,
-        new.submitted_by,
-        now,
-        new.trace_parent,
-        new.submitted_key,
-        new.submitted_by_person,
-    ])
-}
-
-/// Inserts `group` (each with its id); the ids inserted.
-fn insert_rows(
+/// Inserts `new` as `id` at `now`: `true` if inserted, `false` if its key
+/// was taken.
+fn insert_row(
     conn: &Connection,
-    group: &[NewProposal],
-    ids: &[String],
+    new: &NewProposal,
+    id: &str,
     now: Millis,
-) -> rusqlite::Result<HashSet<String>> {
-    let rows = group
-        .iter()
-        .zip(ids)
-        .map(|(new, id)| row_of(new, id, now))
-        .collect();
-    conn.prepare_cached(INSERT_ROWS)?
-        .query_map([serde_json::Value::Array(rows).to_string()], |row| {
-            row.get(0)
-        })?
-        .collect()
+) -> rusqlite::Result<bool> {
+    let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
+    conn.prepare_cached(INSERT_ROW)?
+        .query_row(
+            params![
+                id,
+                new.tenant,
+                new.spec.action,
+                new.spec.class.as_str(),
+                new.spec.target,
+                new.spec.blast_radius.as_str(),
+                new.spec.operator,
+                new.spec.canonical_json(),
+                new.spec.digest(),
+                key,
+                new.submitted_by,
+                now,
+                new.trace_parent,
+                new.submitted_key,
+                new.submitted_by_person,
+            ],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|inserted| inserted.is_some())
 }
 
 /// One proposal of one tenant as it is now, with its decision once it has
@@ -93,15 +82,15 @@ pub fn get(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Proposal>
 const EARLIER: &str =
     "SELECT id, spec_digest FROM proposals WHERE tenant = ? AND idempotency_key = ?";
 
-/// The answer to a submission `id` that [`insert_rows`] did or did not insert.
+/// The answer to a submission `id` that [`insert_row`] did or did not insert.
 fn answer(
     conn: &Connection,
     new: NewProposal,
     id: String,
     now: Millis,
-    inserted: &HashSet<String>,
+    inserted: bool,
 ) -> Inserted {
-    if inserted.contains(&id) {
+    if inserted {
         let event = events::signal(&new.tenant, &id, ProposalState::Pending);
         return Ok((
             SubmitOutcome::Created(new.into_pending(id, now)),
@@ -119,37 +108,32 @@ fn answer(
     Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
 
-/// A group of submissions, in one statement in the common case. Should the
-/// statement fail, it changed nothing (SQLite backs out a failed statement,
-/// not its transaction) and each submission is inserted on its own, so a bad
-/// one fails only itself.
-pub fn insert_group(conn: &Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
+/// A group of submissions in one transaction, one statement each. A
+/// statement that fails changes nothing (SQLite backs out a failed
+/// statement, not its transaction), so a bad submission fails only itself;
+/// should the transaction not commit, every submission of the group hears it.
+pub fn insert_group(conn: &mut Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
     let now = now_ms();
-    let ids: Vec<String> = group.iter().map(|new| new.id.clone()).collect();
-    let mut out = Vec::with_capacity(group.len());
-    match insert_rows(conn, &group, &ids, now) {
-        Ok(inserted) => {
-            for (new, id) in group.into_iter().zip(ids) {
-                out.push(answer(conn, new, id, now, &inserted));
-            }
-        }
-        Err(_) => {
-            for (new, id) in group.into_iter().zip(ids) {
-                out.push(insert_one(conn, new, id, now));
-            }
-        }
+    let not_written = |error: &rusqlite::Error| {
+        StoreError::Unavailable(format!("writing the submissions: {error}"))
+    };
+    let tx = match conn.transaction() {
+        Ok(tx) => tx,
+        Err(error) => return group.iter().map(|_| Err(not_written(&error))).collect(),
+    };
+    let mut out: Vec<Inserted> = group
+        .into_iter()
+        .map(|new| {
+            let id = new.id.clone();
+            let inserted = insert_row(&tx, &new, &id, now)?;
+            answer(&tx, new, id, now, inserted)
+        })
+        .collect();
+    if let Err(error) = tx.commit() {
+        out.iter_mut()
+            .for_each(|result| *result = Err(not_written(&error)));
     }
     out
-}
-
-fn insert_one(conn: &Connection, new: NewProposal, id: String, now: Millis) -> Inserted {
-    let inserted = insert_rows(
-        conn,
-        std::slice::from_ref(&new),
-        std::slice::from_ref(&id),
-        now,
-    )?;
-    answer(conn, new, id, now, &inserted)
 }
 
 /// The earlier proposal holding `spec`'s idempotency key (see

@@ -44,52 +44,47 @@ fn resume_in(conn: &Connection, tenant: &str, id: &str, now: Millis) -> Result<B
     })
 }
 
-/// Moves the batch's PENDING proposals to REVIEWING. The unary `+` keeps the
-/// planner on the primary key: left to itself it walked the state index
-/// through every pending proposal (66 ms a batch with 8,000 pending).
+/// Moves one PENDING proposal to REVIEWING. The unary `+` keeps the planner
+/// on the primary key: left to itself it walked the state index through
+/// every pending proposal (66 ms a batch with 8,000 pending).
 const BEGIN: &str = "
 UPDATE proposals SET state = 'reviewing', review_started_at = ?1, updated_at = ?1
-FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id
-      FROM json_each(?2)) AS batch
-WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
-  AND +proposals.state = 'pending'
+WHERE id = ?2 AND tenant = ?3 AND +state = 'pending'
 RETURNING *";
 
-/// Starts the reviews of `items`; answers in order. One statement moves the
-/// batch's PENDING proposals (atomic on its own: no BEGIN and COMMIT, two
-/// more hand-offs while the batch holds the only writer); each of the others
-/// is then read as it is (a redelivered review resumes, a terminal one ends).
+/// Starts the reviews of `items`; answers in order. In one transaction, one
+/// statement bound per proposal moves it if it is PENDING; each of the
+/// others is then read as it is (a redelivered review resumes, a terminal
+/// one ends).
 #[tracing::instrument(name = "store.sqlite.begin_reviews", level = "debug", skip_all, fields(n = items.len()))]
 pub fn begin_many(
     conn: &mut Connection,
     items: &[ReviewKey],
 ) -> Result<(Vec<BeginReview>, Vec<StoreEvent>)> {
     let now = now_ms();
-    // The common case in one statement: every PENDING proposal of the batch.
-    let keys: Vec<[&str; 2]> = items
-        .iter()
-        .map(|k| [k.tenant.as_str(), k.id.as_str()])
-        .collect();
-    let mut started = std::collections::HashMap::new();
+    let tx = conn.transaction()?;
+    let mut started = Vec::with_capacity(items.len());
     {
-        let mut statement = conn.prepare_cached(BEGIN)?;
-        let mut rows = statement.query(rusqlite::params![
-            now,
-            serde_json::to_string(&keys).expect("keys serialize")
-        ])?;
-        while let Some(row) = rows.next()? {
-            let proposal = crate::rows::proposal_from_row(row)?;
-            let trace_parent: Option<String> = row.get("trace_parent")?;
-            started.insert(
-                (proposal.tenant.clone(), proposal.id.clone()),
-                (proposal, trace_parent),
-            );
+        let mut statement = tx.prepare_cached(BEGIN)?;
+        for item in items {
+            let begun = statement
+                .query_row(rusqlite::params![now, item.id, item.tenant], |row| {
+                    Ok((
+                        crate::rows::proposal_from_row(row),
+                        row.get::<_, Option<String>>("trace_parent")?,
+                    ))
+                })
+                .optional()?;
+            started.push(match begun {
+                Some((proposal, trace_parent)) => Some((proposal?, trace_parent)),
+                None => None,
+            });
         }
     }
     let mut events = Vec::new();
     let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        match started.remove(&(item.tenant.clone(), item.id.clone())) {
+    for (item, started) in items.iter().zip(started) {
+        match started {
             Some((proposal, trace_parent)) => {
                 events.push(events::signal(
                     &item.tenant,
@@ -102,9 +97,10 @@ pub fn begin_many(
                     trace_parent,
                 });
             }
-            None => out.push(resume_in(conn, &item.tenant, &item.id, now)?),
+            None => out.push(resume_in(&tx, &item.tenant, &item.id, now)?),
         }
     }
+    tx.commit()?;
     Ok((out, events))
 }
 
@@ -296,14 +292,14 @@ type OpenRow = (
     Option<String>,
 );
 
-/// The proposals of a batch (`?1`: `[tenant, id, cited SOP]` as JSON), each
-/// with its cited SOP and its target, as they are at commit.
+/// A proposal of a batch (`?1` its tenant, `?2` its id, `?3` the SOP it
+/// cites) with its cited SOP and its target, as they are at commit.
 const AT_COMMIT: &str = "
 SELECT p.tenant, p.id, p.state, p.target, p.operator, s.version, s.retired, t.status
-FROM json_each(?1) AS j CROSS JOIN proposals AS p
-  ON p.id = json_extract(j.value, '$[1]') AND p.tenant = json_extract(j.value, '$[0]')
-LEFT JOIN sops AS s ON s.tenant = p.tenant AND s.id = json_extract(j.value, '$[2]')
-LEFT JOIN targets AS t ON t.tenant = p.tenant AND t.id = p.target";
+FROM proposals AS p
+LEFT JOIN sops AS s ON s.tenant = p.tenant AND s.id = ?3
+LEFT JOIN targets AS t ON t.tenant = p.tenant AND t.id = p.target
+WHERE p.id = ?2 AND p.tenant = ?1";
 
 /// Records many decisions in one transaction, in a handful of statements
 /// whatever the batch size; answers in order. What becomes of each result is
@@ -317,40 +313,26 @@ pub fn record_many(
 ) -> Result<(Vec<RecordOutcome>, Vec<StoreEvent>)> {
     let tx = conn.transaction()?;
     let now = now_ms();
-    // Each proposal as it is now, with its cited SOP and target, in one statement.
-    let keys: Vec<[&str; 3]> = items
-        .iter()
-        .map(|(k, d)| {
-            let sop = match d.outcome {
-                DecisionOutcome::Approve => d.sop_id.as_deref().unwrap_or_default(),
-                _ => "",
-            };
-            [k.tenant.as_str(), k.id.as_str(), sop]
-        })
-        .collect();
+    // Each proposal as it is now, with its cited SOP and target.
     let approvals: HashSet<(&str, &str)> = items
         .iter()
         .filter(|(_, d)| d.outcome == DecisionOutcome::Approve)
         .map(|(k, _)| (k.tenant.as_str(), k.id.as_str()))
         .collect();
-    let rows: Vec<OpenRow> = tx
-        .prepare_cached(AT_COMMIT)?
-        .query_map(
-            [serde_json::to_string(&keys).expect("keys serialize")],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            },
-        )?
-        .collect::<rusqlite::Result<_>>()?;
+    let mut rows: Vec<OpenRow> = Vec::with_capacity(items.len());
+    {
+        let mut at_commit = tx.prepare_cached(AT_COMMIT)?;
+        for (k, d) in &items {
+            let sop = match d.outcome {
+                DecisionOutcome::Approve => d.sop_id.as_deref().unwrap_or_default(),
+                _ => "",
+            };
+            let row = at_commit
+                .query_row([k.tenant.as_str(), k.id.as_str(), sop], |r| r.try_into())
+                .optional()?;
+            rows.extend(row);
+        }
+    }
     let mut found = HashMap::with_capacity(rows.len());
     for (tenant, id, state, target, operator, version, retired, status) in rows {
         let approval = approvals
@@ -396,55 +378,56 @@ pub(super) fn write_decisions(
     writes: &[recording::Write<'_>],
     now: Millis,
 ) -> Result<()> {
-    if !writes.is_empty() {
-        let rows: Vec<serde_json::Value> = writes.iter().map(recording::Write::row).collect();
-        tx.prepare_cached(
-            "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-                 sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-                 summary, review_latency_ms, route_id, votes_json, model_json)
-             SELECT json_extract(value, '$.proposal_id'), json_extract(value, '$.tenant'),
-                    json_extract(value, '$.outcome'), json_extract(value, '$.reason'),
-                    json_extract(value, '$.agent_message'), json_extract(value, '$.sop_id'),
-                    json_extract(value, '$.sop_version'), json_extract(value, '$.rollback_path'),
-                    json_extract(value, '$.gates_json'), json_extract(value, '$.missing_gates_json'),
-                    json_extract(value, '$.reviewer'), json_extract(value, '$.decided_at'),
-                    json_extract(value, '$.summary'), json_extract(value, '$.review_latency_ms'),
-                    json_extract(value, '$.route_id'), json_extract(value, '$.votes_json'),
-                    json_extract(value, '$.model_json')
-             FROM json_each(?1)",
-        )?
-        .execute([serde_json::Value::Array(rows).to_string()])?;
-        let changes: Vec<serde_json::Value> = writes
-            .iter()
-            .map(|w| {
-                serde_json::json!([
-                    w.key.tenant,
-                    w.key.id,
-                    w.prev.as_str(),
-                    w.next.as_str(),
-                    w.decision.decided_at
-                ])
-            })
-            .collect();
-        let updated = tx.prepare_cached(
-            "UPDATE proposals SET state = batch.next, decided_at = batch.decided_at, updated_at = ?1
-             FROM (SELECT json_extract(value, '$[0]') AS tenant, json_extract(value, '$[1]') AS id,
-                          json_extract(value, '$[2]') AS prev, json_extract(value, '$[3]') AS next,
-                          json_extract(value, '$[4]') AS decided_at
-                   FROM json_each(?2)) AS batch
-             WHERE proposals.id = batch.id AND proposals.tenant = batch.tenant
-               AND proposals.state = batch.prev",
-        )?
-        .execute(rusqlite::params![now, serde_json::Value::Array(changes).to_string()])?;
-        if updated != writes.len() {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
+             sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
+             summary, review_latency_ms, route_id, votes_json, model_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    )?;
+    let mut update = tx.prepare_cached(
+        "UPDATE proposals SET state = ?4, decided_at = ?5, updated_at = ?1
+         WHERE id = ?2 AND tenant = ?3 AND state = ?6",
+    )?;
+    for w in writes {
+        let d = w.decision;
+        insert.execute(rusqlite::params![
+            w.key.id,
+            w.key.tenant,
+            d.outcome.as_str(),
+            d.reason,
+            d.agent_message,
+            d.sop_id,
+            d.sop_version,
+            d.rollback_path,
+            serde_json::to_string(&d.gates).expect("gates serialize"),
+            serde_json::to_string(&d.missing_gates).expect("names serialize"),
+            d.reviewer,
+            d.decided_at,
+            d.summary,
+            i64::try_from(d.review_latency_ms).unwrap_or(i64::MAX),
+            d.route_id,
+            crate::escalation::votes_json(&d.votes),
+            crate::model::review_json(d.model.as_ref()),
+        ])?;
+        let updated = update.execute(rusqlite::params![
+            now,
+            w.key.id,
+            w.key.tenant,
+            w.next.as_str(),
+            d.decided_at,
+            w.prev.as_str(),
+        ])?;
+        if updated != 1 {
             // Something moved under us: write nothing, let the reviews retry.
             return Err(StoreError::FailedPrecondition(
                 "proposals changed under their decisions".into(),
             ));
         }
-        super::suppression::log_trips(tx, writes, now)?;
     }
-    Ok(())
+    super::suppression::log_trips(tx, writes, now)
 }
 
 /// The reviews started before `?1`, oldest first, at most `?2`: a range of
@@ -692,7 +675,7 @@ mod tests {
     async fn a_batch_reads_its_proposals_sops_and_targets_by_key() {
         let steps = plan_of(super::AT_COMMIT).await;
         assert_eq!(
-            steps[1..],
+            steps,
             [
                 "SEARCH p USING INDEX sqlite_autoindex_proposals_1 (id=?)",
                 "SEARCH s USING INDEX sqlite_autoindex_sops_1 (tenant=? AND id=?) LEFT-JOIN",
