@@ -53,7 +53,11 @@ fn seeded_spec() -> String {
 
 /// Writes seeded proposals `from..to` of tenant `default` (decided; 80%
 /// approved, 20% rejected, over `pool` targets, a month ago, one per ms); the
-/// server must be stopped. Returns how long it took.
+/// server must be stopped. Returns how long it took. Proposal `i` goes to
+/// target `i % pool` and is rejected when `i / pool % 5 == 0`: every target
+/// holds both outcomes in the same shares (rejecting at `i % 5 == 0` left
+/// each fifth target with no approval at all, whose target + outcome pages
+/// came back empty after reading every entry of the target).
 pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut conn = SqliteConnectOptions::new()
@@ -77,7 +81,7 @@ pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::R
              {SEEDED_PROPOSALS}
              SELECT printf('SEED%022d', i), 'default', 'bench_restart', 'write',
                     'bench-' || (i % ?3), 'single_device', 'bench', ?4, printf('%064d', i),
-                    CASE WHEN i % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
+                    CASE WHEN (i / ?3) % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
                     ?5 + i, ?5 + i, ?5 + i, ?5 + i
              FROM s"
         ))
@@ -141,7 +145,7 @@ pub async fn seed_decided_postgres(
             "{SEEDED_PROPOSALS}
              SELECT 'SEED' || lpad(i::text, 22, '0'), 'default', 'bench_restart', 'write',
                     'bench-' || (i % $3), 'single_device', 'bench', $4, lpad(i::text, 64, '0'),
-                    CASE WHEN i % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
+                    CASE WHEN (i / $3) % 5 = 0 THEN 'rejected' ELSE 'approved' END, 'seed',
                     $5 + i, $5 + i, $5 + i, $5 + i
              FROM generate_series($1::bigint, $2::bigint - 1) AS i"
         ))
