@@ -54,10 +54,9 @@ fn seeded_spec() -> String {
 /// Writes seeded proposals `from..to` of tenant `default` (decided; 80%
 /// approved, 20% rejected, over `pool` targets, a month ago, one per ms); the
 /// server must be stopped. Returns how long it took. Proposal `i` goes to
-/// target `i % pool` and is rejected when `i / pool % 5 == 0`: every target
-/// holds both outcomes in the same shares (rejecting at `i % 5 == 0` left
-/// each fifth target with no approval at all, whose target + outcome pages
-/// came back empty after reading every entry of the target).
+/// target `i % pool` and is rejected when `i / pool % 5 == 0`, so every
+/// target holds both outcomes in the same shares and a target + outcome page
+/// finds its entries instead of reading the whole target to answer empty.
 pub async fn seed_decided(db: &Path, from: u64, to: u64, pool: u64) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut conn = SqliteConnectOptions::new()
