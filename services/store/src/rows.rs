@@ -48,27 +48,142 @@ macro_rules! columns {
     };
 }
 columns!(sqlx::postgres::PgRow, try_get);
-columns!(rusqlite::Row<'_>, get);
+
+/// A statement's column names, each with its place: rusqlite's own lookup by
+/// name compares the name with every column's at each read, which was most
+/// of the reading of a wide row (a log entry with its decision and proposal:
+/// BENCHMARKS.md); this hashes it once. Where two columns share a name, the
+/// first is the one read.
+#[derive(Debug)]
+pub(crate) struct ColumnNames(std::collections::HashMap<String, usize>);
+
+impl ColumnNames {
+    pub(crate) fn of(statement: &rusqlite::Statement<'_>) -> ColumnNames {
+        let mut names = std::collections::HashMap::with_capacity(statement.column_count());
+        for (index, name) in statement.column_names().into_iter().enumerate() {
+            names.entry(name.to_owned()).or_insert(index);
+        }
+        ColumnNames(names)
+    }
+
+    /// `row`, of the statement these are the names of, read by name.
+    pub(crate) fn row<'a, 'stmt>(&'a self, row: &'a rusqlite::Row<'stmt>) -> Named<'a, 'stmt> {
+        Named { row, names: self }
+    }
+
+    fn index(&self, column: &str) -> Result<usize> {
+        self.0
+            .get(column)
+            .copied()
+            .ok_or_else(|| corrupt(format!("no column `{column}`")))
+    }
+}
+
+/// A SQLite row read by column name through its statement's [`ColumnNames`].
+pub(crate) struct Named<'a, 'stmt> {
+    row: &'a rusqlite::Row<'stmt>,
+    names: &'a ColumnNames,
+}
+
+impl Named<'_, '_> {
+    /// The column `column` as `T`.
+    pub(crate) fn get<T: rusqlite::types::FromSql>(&self, column: &str) -> Result<T> {
+        Ok(self.row.get(self.names.index(column)?)?)
+    }
+}
+
+impl Columns for Named<'_, '_> {
+    fn text(&self, column: &str) -> Result<String> {
+        self.get(column)
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        self.get(column)
+    }
+    fn int(&self, column: &str) -> Result<i64> {
+        self.get(column)
+    }
+    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+        self.get(column)
+    }
+    fn flag(&self, column: &str) -> Result<bool> {
+        self.get(column)
+    }
+}
+
+/// A statement's rows mapped by column name ([`Named`]).
+pub(crate) trait NamedRows {
+    /// Every row, each mapped by `map`.
+    fn named_rows<T>(
+        &mut self,
+        params: impl rusqlite::Params,
+        map: impl FnMut(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<Vec<T>>;
+
+    /// The first row (of a DML statement's `RETURNING`, every change made),
+    /// mapped by `map`; `None` without one.
+    fn named_row<T>(
+        &mut self,
+        params: impl rusqlite::Params,
+        map: impl FnOnce(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<Option<T>>;
+
+    /// The row a statement always answers (an `INSERT … RETURNING`), mapped
+    /// by `map`.
+    fn named_one<T>(
+        &mut self,
+        params: impl rusqlite::Params,
+        map: impl FnOnce(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<T> {
+        self.named_row(params, map)?
+            .ok_or_else(|| rusqlite::Error::QueryReturnedNoRows.into())
+    }
+}
+
+impl NamedRows for rusqlite::Statement<'_> {
+    fn named_rows<T>(
+        &mut self,
+        params: impl rusqlite::Params,
+        mut map: impl FnMut(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let names = ColumnNames::of(self);
+        let mut rows = self.query(params)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(map(&names.row(row))?);
+        }
+        Ok(out)
+    }
+
+    fn named_row<T>(
+        &mut self,
+        params: impl rusqlite::Params,
+        map: impl FnOnce(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let names = ColumnNames::of(self);
+        let mut rows = self.query(params)?;
+        match rows.next()? {
+            Some(row) => Ok(Some(map(&names.row(row))?)),
+            None => Ok(None),
+        }
+    }
+}
 
 /// A SQLite row kept past its statement (rusqlite's rows borrow theirs):
 /// the column names it was read with, its values.
 pub(crate) struct OwnedRow {
-    columns: std::sync::Arc<[String]>,
+    columns: std::sync::Arc<ColumnNames>,
     values: Vec<rusqlite::types::Value>,
 }
 
 impl OwnedRow {
     /// Every row of a statement whose parameters are bound.
     pub(crate) fn all(statement: &mut rusqlite::CachedStatement<'_>) -> Result<Vec<OwnedRow>> {
-        let columns: std::sync::Arc<[String]> = statement
-            .column_names()
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
+        let columns = std::sync::Arc::new(ColumnNames::of(statement));
+        let count = statement.column_count();
         let mut rows = statement.raw_query();
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {
-            let values = (0..columns.len())
+            let values = (0..count)
                 .map(|i| row.get::<_, rusqlite::types::Value>(i))
                 .collect::<rusqlite::Result<_>>()?;
             out.push(OwnedRow {
@@ -80,11 +195,7 @@ impl OwnedRow {
     }
 
     fn value(&self, column: &str) -> Result<&rusqlite::types::Value> {
-        self.columns
-            .iter()
-            .position(|c| c == column)
-            .map(|i| &self.values[i])
-            .ok_or_else(|| corrupt(format!("no column `{column}`")))
+        Ok(&self.values[self.columns.index(column)?])
     }
 
     fn mistyped(column: &str, value: &rusqlite::types::Value) -> StoreError {
@@ -451,7 +562,7 @@ pub(crate) fn checkpoint_from(tenant: &str, row: CheckpointRow) -> Checkpoint {
 }
 
 #[cfg(test)]
-mod owned_row_tests {
+mod sqlite_row_tests {
     use super::*;
 
     /// Facts are read into owned rows: a value of the wrong type, a NULL
@@ -482,5 +593,36 @@ mod owned_row_tests {
                 "{refused:?}"
             );
         }
+    }
+
+    /// A column is read by its name, the first of two that share it; a name
+    /// the statement lacks is an error naming it, never another column.
+    #[test]
+    fn a_named_row_reads_each_column_by_its_own_name() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut statement = conn
+            .prepare("SELECT 'first' AS tenant, 7 AS n, NULL AS gone, 'second' AS tenant")
+            .unwrap();
+        let read = statement
+            .named_row([], |row| {
+                Ok((
+                    row.text("tenant")?,
+                    row.int("n")?,
+                    row.opt_text("gone")?,
+                    row.text("missing").unwrap_err().to_string(),
+                ))
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.0, "first");
+        assert_eq!(read.1, 7);
+        assert_eq!(read.2, None);
+        assert!(read.3.contains("`missing`"), "{}", read.3);
+        let none = conn
+            .prepare("SELECT 1 AS n WHERE 0")
+            .unwrap()
+            .named_row([], |row| row.int("n"))
+            .unwrap();
+        assert_eq!(none, None);
     }
 }

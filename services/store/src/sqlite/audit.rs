@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params, types::Value};
 
 use super::SqliteStore;
 use crate::rows::{
-    CheckpointRow, HEAD_COLUMNS, Head, STORED_ENTRY_COLUMNS, checkpoint_from, entry_from_row,
-    head_from, record_from_row, stored_entry_from_row,
+    CheckpointRow, Columns, HEAD_COLUMNS, Head, NamedRows, STORED_ENTRY_COLUMNS, checkpoint_from,
+    entry_from_row, head_from, record_from_row, stored_entry_from_row,
 };
 use crate::{AuditLog, Result, StoreError};
 
@@ -47,11 +47,9 @@ pub fn chain_next(conn: &mut Connection, limit: u32) -> Result<Option<NextEntrie
          FROM decisions d CROSS JOIN proposals p ON p.id = d.proposal_id
          WHERE d.rowid > ?1 ORDER BY d.rowid LIMIT ?2",
     )?;
-    let rows = statement
-        .query_map(params![from, limit], |row| {
-            Ok((row.get::<_, i64>("decision_rowid")?, record_from_row(row)))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let rows = statement.named_rows(params![from, limit], |row| {
+        Ok((row.int("decision_rowid")?, record_from_row(row)))
+    })?;
     let Some(&(through, _)) = rows.last() else {
         return Ok(None);
     };
@@ -172,13 +170,9 @@ pub fn list(
     };
     let (sql, values) = list_query(tenant, filter, window, before, limit);
     let mut page = tx.prepare_cached(&sql)?;
-    let entries: Result<Vec<AuditEntry>> = page
-        .query_map(rusqlite::params_from_iter(values), |row| {
-            Ok(entry_from_row(row))
-        })?
-        .map(|row| row?)
-        .collect();
-    entries
+    page.named_rows(rusqlite::params_from_iter(values), |row| {
+        entry_from_row(row)
+    })
 }
 
 /// The query of one page of `list` and its values: the rowids of the page
@@ -290,9 +284,7 @@ pub fn get(conn: &Connection, tenant: &str, proposal_id: &str) -> Result<Option<
     conn.prepare_cached(
         "SELECT sequence, digest, record FROM audit_log WHERE tenant = ? AND proposal_id = ?",
     )?
-    .query_row([tenant, proposal_id], |row| Ok(entry_from_row(row)))
-    .optional()?
-    .transpose()
+    .named_row([tenant, proposal_id], |row| entry_from_row(row))
 }
 
 /// Entries after `after`, oldest first, exactly as stored, each with the
@@ -304,12 +296,10 @@ pub fn range(conn: &Connection, tenant: &str, after: u64, limit: u32) -> Result<
          LEFT JOIN proposals p ON p.id = a.proposal_id
          WHERE a.tenant = ? AND a.sequence > ? ORDER BY a.sequence LIMIT ?"
     ))?
-    .query_map(
+    .named_rows(
         params![tenant, i64::try_from(after).unwrap_or(i64::MAX), limit],
-        |row| Ok(stored_entry_from_row(row)),
-    )?
-    .map(|row| row?)
-    .collect()
+        |row| stored_entry_from_row(row),
+    )
 }
 
 /// Keeps `checkpoint` unless the tenant already has one of at least its size

@@ -1,11 +1,12 @@
 use async_trait::async_trait;
 use countersign_domain::Millis;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::params;
 
 use super::SqliteStore;
+use crate::rows::{Named, NamedRows};
 use crate::{ConsoleSession, ConsoleSessions, Result};
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<ConsoleSession> {
+fn from_row(row: &Named<'_, '_>) -> Result<ConsoleSession> {
     Ok(ConsoleSession {
         token_hash: row.get("token_hash")?,
         tenant: row.get("tenant")?,
@@ -44,10 +45,8 @@ impl ConsoleSessions for SqliteStore {
     async fn find_console_session(&self, token_hash: &[u8]) -> Result<Option<ConsoleSession>> {
         let token_hash = token_hash.to_vec();
         self.read(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT * FROM console_sessions WHERE token_hash = ?")?
-                .query_row([token_hash], from_row)
-                .optional()?)
+            conn.prepare_cached("SELECT * FROM console_sessions WHERE token_hash = ?")?
+                .named_row([token_hash], from_row)
         })
         .await
     }

@@ -19,7 +19,7 @@ use super::{SqliteStore, events, proposals, review};
 use crate::escalation::{
     self, Decide, EscalationRow, Found, OwnedBallot, escalation_from_row, person_key, vote_from_row,
 };
-use crate::rows::{OwnedRow, proposal_from_row, target_from_row};
+use crate::rows::{NamedRows, OwnedRow, proposal_from_row, target_from_row};
 use crate::{
     EscalationRecord, Escalations, RecordOutcome, Result, ReviewKey, StoreError, StoreEvent, Voted,
     now_ms,
@@ -115,16 +115,12 @@ const VOTE_EVENTS_AFTER: &str = "SELECT COUNT(*) FROM events
 /// in the order cast.
 fn votes_on(conn: &Connection, tenant: &str, ids: &str) -> Result<Vec<(String, Vote)>> {
     conn.prepare_cached(VOTES_ON)?
-        .query_map([tenant, ids], |row| Ok(vote_from_row(row)))?
-        .map(|row| row?)
-        .collect()
+        .named_rows([tenant, ids], |row| vote_from_row(row))
 }
 
 fn escalation_of(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Escalation>> {
     conn.prepare_cached("SELECT * FROM escalations WHERE tenant = ? AND proposal_id = ?")?
-        .query_row([tenant, id], |row| Ok(escalation_from_row(row)))
-        .optional()?
-        .transpose()
+        .named_row([tenant, id], |row| escalation_from_row(row))
 }
 
 /// One proposal of `tenant` with its escalation and votes, in the caller's
@@ -323,11 +319,11 @@ fn chunk(
         .prepare_cached(
             "SELECT * FROM proposals WHERE tenant = ?1 AND id IN (SELECT value FROM json_each(?2))",
         )?
-        .query_map([tenant, ids_json.as_str()], |row| {
-            Ok(proposal_from_row(row))
+        .named_rows([tenant, ids_json.as_str()], |row| {
+            proposal_from_row(row).map(|p: Proposal| (p.id.clone(), p))
         })?
-        .map(|row| row?.map(|p: Proposal| (p.id.clone(), p)))
-        .collect::<Result<HashMap<_, _>>>()?;
+        .into_iter()
+        .collect::<HashMap<_, _>>();
     let votes = votes_on(tx, tenant, &ids_json)?;
     escalation::records(escalations, &ids, proposals, votes)
 }

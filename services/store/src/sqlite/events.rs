@@ -1,10 +1,11 @@
 use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis, ProposalState};
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, params};
 
 use super::SqliteStore;
 use tokio::sync::broadcast;
 
+use crate::rows::{Columns, Named, NamedRows};
 use crate::{Changes, EventLog, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
@@ -24,7 +25,7 @@ const AFTER_TENANT: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS e
      WHERE e.tenant = ? AND e.tenant_cursor > ? ORDER BY e.tenant_cursor LIMIT ?";
 
 /// One event row ([`AFTER_ALL`], [`AFTER_TENANT`]) with its proposal.
-fn event_from_row(row: &Row<'_>) -> Result<Event> {
+fn event_from_row(row: &Named<'_, '_>) -> Result<Event> {
     crate::rows::event_from_row(row, crate::rows::proposal_from_row(row)?)
 }
 
@@ -43,14 +44,10 @@ pub fn events_after(
     let mut events = match tenant {
         Some(tenant) => tx
             .prepare_cached(AFTER_TENANT)?
-            .query_map(params![tenant, after, limit], |row| Ok(event_from_row(row)))?
-            .map(|row| row?)
-            .collect::<Result<Vec<_>>>()?,
+            .named_rows(params![tenant, after, limit], event_from_row)?,
         None => tx
             .prepare_cached(AFTER_ALL)?
-            .query_map(params![after, limit], |row| Ok(event_from_row(row)))?
-            .map(|row| row?)
-            .collect::<Result<Vec<_>>>()?,
+            .named_rows(params![after, limit], event_from_row)?,
     };
     let ended: Vec<&str> = events
         .iter()
@@ -66,14 +63,14 @@ pub fn events_after(
                 "SELECT d.* FROM json_each(?) AS j CROSS JOIN decisions AS d
                  ON d.proposal_id = j.value",
             )?
-            .query_map([ids], |row| {
-                Ok(row
-                    .get::<_, String>("proposal_id")
-                    .map_err(StoreError::from)
-                    .and_then(|id| Ok((id, crate::rows::decision_from_row(row)?))))
+            .named_rows([ids], |row| {
+                Ok((
+                    row.text("proposal_id")?,
+                    crate::rows::decision_from_row(row)?,
+                ))
             })?
-            .map(|row| row?)
-            .collect::<Result<std::collections::HashMap<_, _>>>()?;
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>();
         for event in events.iter_mut().filter(|e| e.proposal.state.is_terminal()) {
             event.proposal.decision = decisions.get(&event.proposal.id).cloned();
         }
@@ -84,7 +81,7 @@ pub fn events_after(
 /// What `tenant`'s part of the log holds, in its own cursors (see
 /// migrations/sqlite/0012), or the whole log's, in positions.
 pub fn horizon(conn: &Connection, tenant: Option<&str>) -> Result<EventHorizon> {
-    let row = |r: &Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?));
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?));
     let (pruned, latest) = match tenant {
         Some(tenant) => conn
             .prepare_cached(

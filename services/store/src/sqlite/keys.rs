@@ -1,15 +1,16 @@
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, params};
 
 use super::SqliteStore;
+use crate::rows::{Named, NamedRows};
 use crate::{ApiKeyRecord, ApiKeys, NewApiKey, Result, StoreError, now_ms, role_from_db};
 
-fn from_row(row: &Row<'_>) -> Result<ApiKeyRecord> {
+fn from_row(row: &Named<'_, '_>) -> Result<ApiKeyRecord> {
     Ok(ApiKeyRecord {
         id: row.get("id")?,
         tenant: row.get("tenant")?,
         name: row.get("name")?,
-        role: role_from_db(&row.get::<_, String>("role")?)?,
+        role: role_from_db(&row.get::<String>("role")?)?,
         agent: row.get("agent")?,
         key_hash: row.get("key_hash")?,
         created_at: row.get("created_at")?,
@@ -33,7 +34,7 @@ pub fn insert(conn: &Connection, new: NewApiKey) -> Result<(ApiKeyRecord, String
             "INSERT INTO api_keys (id, tenant, name, role, agent, key_hash, created_at, person)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
         )?
-        .query_row(
+        .named_one(
             params![
                 minted.id,
                 new.tenant,
@@ -44,34 +45,29 @@ pub fn insert(conn: &Connection, new: NewApiKey) -> Result<(ApiKeyRecord, String
                 now_ms(),
                 new.person(),
             ],
-            |row| Ok(from_row(row)),
-        )??;
+            from_row,
+        )?;
     Ok((record, minted.key))
 }
 
 pub fn find(conn: &Connection, id: &str) -> Result<Option<ApiKeyRecord>> {
     conn.prepare_cached("SELECT * FROM api_keys WHERE id = ?")?
-        .query_row([id], |row| Ok(from_row(row)))
-        .optional()?
-        .transpose()
+        .named_row([id], from_row)
 }
 
 pub fn list(conn: &Connection, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>> {
     conn.prepare_cached(
         "SELECT * FROM api_keys WHERE (?1 IS NULL OR tenant = ?1) ORDER BY tenant, created_at, id",
     )?
-    .query_map([tenant], |row| Ok(from_row(row)))?
-    .map(|row| row?)
-    .collect()
+    .named_rows([tenant], from_row)
 }
 
 pub fn revoke(conn: &Connection, id: &str) -> Result<ApiKeyRecord> {
     conn.prepare_cached(
         "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? RETURNING *",
     )?
-    .query_row(params![now_ms(), id], |row| Ok(from_row(row)))
-    .optional()?
-    .unwrap_or_else(|| Err(StoreError::NotFound(format!("API key `{id}`"))))
+    .named_row(params![now_ms(), id], from_row)?
+    .ok_or_else(|| StoreError::NotFound(format!("API key `{id}`")))
 }
 
 #[async_trait]

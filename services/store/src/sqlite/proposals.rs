@@ -3,7 +3,7 @@ use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, events};
-use crate::rows::proposal_from_row;
+use crate::rows::{NamedRows, proposal_from_row};
 use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
 
 /// What one submission's insert answers.
@@ -62,18 +62,14 @@ fn insert_row(
 pub fn get(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Proposal>> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| Ok(proposal_from_row(row)))
-        .optional()?;
-    let Some(proposal) = found else {
+        .named_row([tenant, id], |row| proposal_from_row(row))?;
+    let Some(mut proposal) = found else {
         return Ok(None);
     };
-    let mut proposal = proposal?;
     if proposal.state.is_terminal() {
         proposal.decision = conn
             .prepare_cached("SELECT * FROM decisions WHERE proposal_id = ?")?
-            .query_row([id], |row| Ok(crate::rows::decision_from_row(row)))
-            .optional()?
-            .transpose()?;
+            .named_row([id], |row| crate::rows::decision_from_row(row))?;
     }
     Ok(Some(proposal))
 }
@@ -174,13 +170,12 @@ pub fn cancel(
                AND (?5 IS NULL OR submitted_key = ?5)
              RETURNING *",
         )?
-        .query_row(params![reason, now_ms(), tenant, id, key], |row| {
-            Ok(proposal_from_row(row))
-        })
-        .optional()?;
+        .named_row(params![reason, now_ms(), tenant, id, key], |row| {
+            proposal_from_row(row)
+        })?;
     if let Some(proposal) = cancelled {
         return Ok((
-            proposal?,
+            proposal,
             events::signal(tenant, id, ProposalState::Cancelled),
         ));
     }

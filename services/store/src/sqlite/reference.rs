@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use countersign_domain::{Sop, Target, TargetStatus};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::SqliteStore;
+use crate::rows::NamedRows;
 use crate::{Reference, Result, SopInput, StoreError, now_ms};
 
 pub(crate) use crate::rows::{sop_from_row, target_from_row};
@@ -56,7 +57,7 @@ fn keep_version(conn: &Connection, tenant: &str, sop: &Sop) -> Result<()> {
 #[tracing::instrument(name = "store.sqlite.put_sop", skip(conn, input), fields(sop = %input.id))]
 pub fn put_sop(conn: &mut Connection, tenant: &str, input: SopInput) -> Result<Sop> {
     let tx = conn.transaction()?;
-    let sop = tx.prepare_cached(PUT_SOP)?.query_row(
+    let sop = tx.prepare_cached(PUT_SOP)?.named_one(
         params![
             tenant,
             input.id,
@@ -68,8 +69,8 @@ pub fn put_sop(conn: &mut Connection, tenant: &str, input: SopInput) -> Result<S
             serde_json::to_string(&input.selector).expect("labels serialize"),
             now_ms()
         ],
-        |row| Ok(sop_from_row(row)),
-    )??;
+        |row| sop_from_row(row),
+    )?;
     keep_version(&tx, tenant, &sop)?;
     tx.commit()?;
     Ok(sop)
@@ -80,11 +81,9 @@ pub fn retire_sop(conn: &mut Connection, tenant: &str, id: &str) -> Result<Sop> 
     let tx = conn.transaction()?;
     let retired = tx
         .prepare_cached(RETIRE_SOP)?
-        .query_row(params![tenant, id, now_ms()], |row| Ok(sop_from_row(row)))
-        .optional()?;
+        .named_row(params![tenant, id, now_ms()], |row| sop_from_row(row))?;
     let sop = match retired {
         Some(sop) => {
-            let sop = sop?;
             keep_version(&tx, tenant, &sop)?;
             sop
         }
@@ -99,9 +98,7 @@ pub fn retire_sop(conn: &mut Connection, tenant: &str, id: &str) -> Result<Sop> 
 
 pub fn get_sop(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Sop>> {
     conn.prepare_cached("SELECT * FROM sops WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| Ok(sop_from_row(row)))
-        .optional()?
-        .transpose()
+        .named_row([tenant, id], |row| sop_from_row(row))
 }
 
 /// A page in id order. Ids are never empty, so `''` is before the first.
@@ -116,12 +113,10 @@ pub fn list_sops(
         "SELECT * FROM sops WHERE tenant = ? AND (? OR NOT retired) AND id > ?
          ORDER BY id LIMIT ?",
     )?
-    .query_map(
+    .named_rows(
         params![tenant, include_retired, after.unwrap_or(""), limit],
-        |row| Ok(sop_from_row(row)),
-    )?
-    .map(|row| row?)
-    .collect()
+        |row| sop_from_row(row),
+    )
 }
 
 #[tracing::instrument(name = "store.sqlite.put_target", skip(conn, labels))]
@@ -150,9 +145,7 @@ pub fn put_target(
 
 pub fn get_target(conn: &Connection, tenant: &str, id: &str) -> Result<Option<Target>> {
     conn.prepare_cached("SELECT * FROM targets WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| Ok(target_from_row(row)))
-        .optional()?
-        .transpose()
+        .named_row([tenant, id], |row| target_from_row(row))
 }
 
 /// A page in id order. Ids are never empty, so `''` is before the first.
@@ -163,11 +156,9 @@ pub fn list_targets(
     limit: u32,
 ) -> Result<Vec<Target>> {
     conn.prepare_cached("SELECT * FROM targets WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?")?
-        .query_map(params![tenant, after.unwrap_or(""), limit], |row| {
-            Ok(target_from_row(row))
-        })?
-        .map(|row| row?)
-        .collect()
+        .named_rows(params![tenant, after.unwrap_or(""), limit], |row| {
+            target_from_row(row)
+        })
 }
 
 #[async_trait]

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::{SqliteStore, events};
 use crate::recording::{self, Found};
-use crate::rows::OwnedRow;
+use crate::rows::{ColumnNames, Columns, NamedRows, OwnedRow};
 use crate::{
     BeginReview, OverdueReview, RecordOutcome, Result, ReviewKey, Reviews, StoreError, StoreEvent,
     facts, now_ms,
@@ -23,17 +23,15 @@ use crate::{
 fn resume_in(conn: &Connection, tenant: &str, id: &str, now: Millis) -> Result<BeginReview> {
     let found = conn
         .prepare_cached("SELECT * FROM proposals WHERE tenant = ? AND id = ?")?
-        .query_row([tenant, id], |row| {
+        .named_row([tenant, id], |row| {
             Ok((
-                crate::rows::proposal_from_row(row),
-                row.get::<_, Option<Millis>>("review_started_at")?,
-                row.get::<_, Option<String>>("trace_parent")?,
+                crate::rows::proposal_from_row(row)?,
+                row.opt_int("review_started_at")?,
+                row.opt_text("trace_parent")?,
             ))
-        })
-        .optional()?;
+        })?;
     let (proposal, started, trace_parent) =
         found.ok_or_else(|| StoreError::NotFound(format!("proposal `{id}`")))?;
-    let proposal = proposal?;
     if proposal.state != ProposalState::Reviewing {
         return Ok(BeginReview::Terminal(proposal.state));
     }
@@ -66,17 +64,17 @@ pub fn begin_many(
     let mut started = Vec::with_capacity(items.len());
     {
         let mut statement = tx.prepare_cached(BEGIN)?;
+        let names = ColumnNames::of(&statement);
         for item in items {
-            let begun = statement
-                .query_row(rusqlite::params![now, item.id, item.tenant], |row| {
-                    Ok((
-                        crate::rows::proposal_from_row(row),
-                        row.get::<_, Option<String>>("trace_parent")?,
+            let mut rows = statement.query(rusqlite::params![now, item.id, item.tenant])?;
+            started.push(match rows.next()? {
+                Some(row) => {
+                    let row = names.row(row);
+                    Some((
+                        crate::rows::proposal_from_row(&row)?,
+                        row.opt_text("trace_parent")?,
                     ))
-                })
-                .optional()?;
-            started.push(match begun {
-                Some((proposal, trace_parent)) => Some((proposal?, trace_parent)),
+                }
                 None => None,
             });
         }

@@ -2,10 +2,11 @@
 //! kind put, listed and deleted by the same three statements.
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params_from_iter, types::Value};
+use rusqlite::{Connection, params_from_iter, types::Value};
 
 use super::SqliteStore;
 use crate::policy::{Param, PolicyDocument, PolicyDocuments};
+use crate::rows::NamedRows;
 use crate::{Result, StoreError, now_ms};
 
 impl From<Param> for Value {
@@ -23,7 +24,7 @@ pub fn put<D: PolicyDocument>(conn: &Connection, tenant: &str, doc: &D) -> Resul
     params.extend(doc.params().into_iter().map(Value::from));
     params.push(now_ms().into());
     conn.prepare_cached(D::PUT)?
-        .query_row(params_from_iter(params), |row| Ok(D::from_row(row)))?
+        .named_one(params_from_iter(params), |row| D::from_row(row))
 }
 
 /// The tenant's documents of a kind, by id: the statement the review's facts
@@ -34,9 +35,7 @@ pub fn list_statement<D: PolicyDocument>() -> String {
 
 pub fn list<D: PolicyDocument>(conn: &Connection, tenant: &str) -> Result<Vec<D>> {
     conn.prepare_cached(&list_statement::<D>())?
-        .query_map([tenant], |row| Ok(D::from_row(row)))?
-        .map(|row| row?)
-        .collect()
+        .named_rows([tenant], |row| D::from_row(row))
 }
 
 pub fn delete<D: PolicyDocument>(conn: &Connection, tenant: &str, id: &str) -> Result<D> {
@@ -45,9 +44,8 @@ pub fn delete<D: PolicyDocument>(conn: &Connection, tenant: &str, id: &str) -> R
         D::TABLE
     );
     conn.prepare_cached(&statement)?
-        .query_row([tenant, id], |row| Ok(D::from_row(row)))
-        .optional()?
-        .unwrap_or_else(|| Err(StoreError::NotFound(format!("{} `{id}`", D::KIND))))
+        .named_row([tenant, id], |row| D::from_row(row))?
+        .ok_or_else(|| StoreError::NotFound(format!("{} `{id}`", D::KIND)))
 }
 
 #[async_trait]

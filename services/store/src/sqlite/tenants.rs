@@ -1,8 +1,9 @@
 use async_trait::async_trait;
 use countersign_domain::Role;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::{SqliteStore, keys};
+use crate::rows::NamedRows;
 use crate::rows::tenant_from_row;
 use crate::{
     BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, check_policy,
@@ -21,7 +22,7 @@ pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
          VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING
          RETURNING *",
     )?
-    .query_row(
+    .named_row(
         params![
             name,
             now_ms(),
@@ -31,14 +32,9 @@ pub fn create(conn: &Connection, name: &str) -> Result<Tenant> {
             defaults.breaker_window_ms,
             defaults.receipt_ttl_ms
         ],
-        |row| Ok(tenant_from_row(row)),
-    )
-    .optional()?
-    .unwrap_or_else(|| {
-        Err(StoreError::AlreadyExists(format!(
-            "tenant `{name}` already exists"
-        )))
-    })
+        |row| tenant_from_row(row),
+    )?
+    .ok_or_else(|| StoreError::AlreadyExists(format!("tenant `{name}` already exists")))
 }
 
 pub fn bootstrap(conn: &mut Connection) -> Result<Option<BootstrapKey>> {
@@ -68,16 +64,12 @@ pub fn bootstrap(conn: &mut Connection) -> Result<Option<BootstrapKey>> {
 
 pub fn get(conn: &Connection, name: &str) -> Result<Option<Tenant>> {
     conn.prepare_cached("SELECT * FROM tenants WHERE name = ?")?
-        .query_row([name], |row| Ok(tenant_from_row(row)))
-        .optional()?
-        .transpose()
+        .named_row([name], |row| tenant_from_row(row))
 }
 
 pub fn list(conn: &Connection) -> Result<Vec<Tenant>> {
     conn.prepare_cached("SELECT * FROM tenants ORDER BY name")?
-        .query_map([], |row| Ok(tenant_from_row(row)))?
-        .map(|row| row?)
-        .collect()
+        .named_rows([], |row| tenant_from_row(row))
 }
 
 pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result<Tenant> {
@@ -87,7 +79,7 @@ pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result
              breaker_threshold = ?, breaker_window_ms = ?, receipt_ttl_ms = ?
          WHERE name = ? RETURNING *",
     )?
-    .query_row(
+    .named_row(
         params![
             policy.parallel_window_ms,
             policy.allow_force_approve_no_sop,
@@ -96,10 +88,9 @@ pub fn set_policy(conn: &Connection, name: &str, policy: TenantPolicy) -> Result
             policy.receipt_ttl_ms,
             name
         ],
-        |row| Ok(tenant_from_row(row)),
-    )
-    .optional()?
-    .unwrap_or_else(|| Err(StoreError::NotFound(format!("tenant `{name}`"))))
+        |row| tenant_from_row(row),
+    )?
+    .ok_or_else(|| StoreError::NotFound(format!("tenant `{name}`")))
 }
 
 #[async_trait]
