@@ -72,6 +72,22 @@ impl ColumnNames {
         Named { row, names: self }
     }
 
+    /// The first row `statement` (whose names these are) answers, mapped by
+    /// `map`; `None` without one. For a statement run again and again with
+    /// the names read once.
+    pub(crate) fn first_row<T>(
+        &self,
+        statement: &mut rusqlite::Statement<'_>,
+        params: impl rusqlite::Params,
+        map: impl FnOnce(&Named<'_, '_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut rows = statement.query(params)?;
+        match rows.next()? {
+            Some(row) => Ok(Some(map(&self.row(row))?)),
+            None => Ok(None),
+        }
+    }
+
     fn index(&self, column: &str) -> Result<usize> {
         self.0
             .get(column)
@@ -160,12 +176,7 @@ impl NamedRows for rusqlite::Statement<'_> {
         params: impl rusqlite::Params,
         map: impl FnOnce(&Named<'_, '_>) -> Result<T>,
     ) -> Result<Option<T>> {
-        let names = ColumnNames::of(self);
-        let mut rows = self.query(params)?;
-        match rows.next()? {
-            Some(row) => Ok(Some(map(&names.row(row))?)),
-            None => Ok(None),
-        }
+        ColumnNames::of(self).first_row(self, params, map)
     }
 }
 

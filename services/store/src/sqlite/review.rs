@@ -66,17 +66,16 @@ pub fn begin_many(
         let mut statement = tx.prepare_cached(BEGIN)?;
         let names = ColumnNames::of(&statement);
         for item in items {
-            let mut rows = statement.query(rusqlite::params![now, item.id, item.tenant])?;
-            started.push(match rows.next()? {
-                Some(row) => {
-                    let row = names.row(row);
-                    Some((
-                        crate::rows::proposal_from_row(&row)?,
+            started.push(names.first_row(
+                &mut statement,
+                rusqlite::params![now, item.id, item.tenant],
+                |row| {
+                    Ok((
+                        crate::rows::proposal_from_row(row)?,
                         row.opt_text("trace_parent")?,
                     ))
-                }
-                None => None,
-            });
+                },
+            )?);
         }
     }
     let mut events = Vec::new();

@@ -3,8 +3,7 @@ use countersign_domain::Role;
 use rusqlite::{Connection, params};
 
 use super::{SqliteStore, keys};
-use crate::rows::NamedRows;
-use crate::rows::tenant_from_row;
+use crate::rows::{NamedRows, tenant_from_row};
 use crate::{
     BootstrapKey, NewApiKey, Result, StoreError, Tenant, TenantPolicy, Tenants, check_policy,
     now_ms, validate_tenant_name,
