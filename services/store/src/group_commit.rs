@@ -1,11 +1,19 @@
 //! Group commit for submissions, for both backends: callers hand their
-//! proposal to one committer task and wait for its answer; the committer takes
+//! proposal to a committer task and wait for its answer; the committer takes
 //! every submission waiting at that moment (up to `MAX_GROUP`) and commits
 //! them in one transaction, then answers each. OK still means committed. Each
 //! backend supplies how a group is committed (`sqlite::group_commit`,
-//! `postgres::group_commit`).
+//! `postgres::group_commit`) and how submissions are split into committers
+//! ([`Lanes`]).
+//!
+//! A committer is a lane: a task with its own queue, started by the first
+//! submission that needs it and kept while the store is (a lane waiting is a
+//! task and an empty queue; the lanes are at most the tenants).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -17,43 +25,230 @@ pub(crate) const MAX_GROUP: usize = 256;
 pub(crate) type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 pub(crate) type Reply = oneshot::Sender<Inserted>;
 pub(crate) type Group = Vec<(NewProposal, Reply)>;
+type Job = (NewProposal, Reply);
+type Commit = Arc<dyn Fn(Group) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-#[derive(Debug, Clone)]
+/// Which submissions share a committer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lanes {
+    /// One committer for every tenant: one transaction takes them all. For
+    /// a store whose transactions commit one at a time anyway (SQLite's one
+    /// writer), where a group that spans tenants is one commit fewer.
+    One,
+    /// A committer per tenant, committing beside the others: a tenant's
+    /// submission never waits for another tenant's group to commit
+    /// (PostgreSQL commits transactions concurrently). Two groups in flight
+    /// never hold the same tenant's idempotency keys, so they never wait
+    /// on each other's rows.
+    PerTenant,
+}
+
+impl Lanes {
+    fn of<'a>(&self, new: &'a NewProposal) -> &'a str {
+        match self {
+            Lanes::One => "",
+            Lanes::PerTenant => &new.tenant,
+        }
+    }
+}
+
+#[derive(Clone)]
 pub(crate) struct Submitter {
-    jobs: mpsc::Sender<(NewProposal, Reply)>,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submitter")
+            .field("lanes", &self.inner.lanes)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    lanes: Lanes,
+    commit: Commit,
+    /// The queue of each lane started.
+    open: Mutex<HashMap<String, mpsc::Sender<Job>>>,
 }
 
 impl Submitter {
-    /// Starts the committer task; `commit` answers every reply of its group.
-    pub(crate) fn start<F, Fut>(commit: F) -> Submitter
+    /// A submitter whose lanes run `commit`, which answers every reply of
+    /// its group.
+    pub(crate) fn start<F, Fut>(lanes: Lanes, commit: F) -> Submitter
     where
-        F: Fn(Group) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send,
+        F: Fn(Group) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
     {
-        let (jobs, mut rx) = mpsc::channel::<(NewProposal, Reply)>(4 * MAX_GROUP);
-        tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut group = vec![first];
-                while group.len() < MAX_GROUP {
-                    match rx.try_recv() {
-                        Ok(job) => group.push(job),
-                        Err(_) => break,
-                    }
-                }
-                commit(group).await;
-            }
-        });
-        Submitter { jobs }
+        let commit: Commit = Arc::new(move |group| Box::pin(commit(group)));
+        Submitter {
+            inner: Arc::new(Inner {
+                lanes,
+                commit,
+                open: Mutex::new(HashMap::new()),
+            }),
+        }
     }
 
     pub(crate) async fn submit(&self, new: NewProposal) -> Inserted {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send((new, reply))
+        let lane = self.inner.lane(self.inner.lanes.of(&new));
+        lane.send((new, reply))
             .await
             .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
         answer
             .await
             .map_err(|_| StoreError::Unavailable("the submission was dropped".into()))?
+    }
+}
+
+impl Inner {
+    /// The queue of the lane for `key`, started if there is none yet.
+    fn lane(&self, key: &str) -> mpsc::Sender<Job> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(jobs) = open.get(key) {
+            return jobs.clone();
+        }
+        let (jobs, rx) = mpsc::channel::<Job>(4 * MAX_GROUP);
+        open.insert(key.to_owned(), jobs.clone());
+        tokio::spawn(run_lane(rx, self.commit.clone()));
+        jobs
+    }
+}
+
+/// Commits groups until every sender is gone (the store dropped).
+async fn run_lane(mut rx: mpsc::Receiver<Job>, commit: Commit) {
+    while let Some(first) = rx.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        commit(group).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use countersign_domain::{BlastRadius, OperationClass, ProposalSpec};
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    fn new(tenant: &str) -> NewProposal {
+        NewProposal {
+            id: NewProposal::new_id(),
+            tenant: tenant.into(),
+            spec: ProposalSpec {
+                action: "restart".into(),
+                class: OperationClass::Write,
+                target: "node-01".into(),
+                parameters: Default::default(),
+                reason: String::new(),
+                blast_radius: BlastRadius::SingleDevice,
+                operator: "ops".into(),
+                context_summary: String::new(),
+                incident_id: String::new(),
+                labels: BTreeMap::new(),
+                rollback_plan: String::new(),
+                force_approve_no_sop: false,
+                idempotency_key: String::new(),
+            },
+            submitted_by: "ci".into(),
+            submitted_by_person: None,
+            submitted_key: None,
+            trace_parent: None,
+        }
+    }
+
+    /// Answers each submission with an error that names the tenants of its
+    /// group, so a test can tell which submissions shared a commit.
+    fn answer(group: Group) {
+        let mut tenants: Vec<&str> = group.iter().map(|(n, _)| n.tenant.as_str()).collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        let named = tenants.join(",");
+        for (_, reply) in group {
+            let _ = reply.send(Err(StoreError::Unavailable(named.clone())));
+        }
+    }
+
+    fn committed(answer: Inserted) -> String {
+        match answer {
+            Err(StoreError::Unavailable(named)) => named,
+            other => panic!("not the test's answer: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_is_answered_while_another_tenants_group_is_still_committing() {
+        let release = Arc::new(Notify::new());
+        let held = release.clone();
+        let submitter = Submitter::start(Lanes::PerTenant, move |group: Group| {
+            let held = held.clone();
+            async move {
+                if group[0].0.tenant == "flood" {
+                    held.notified().await;
+                }
+                answer(group);
+            }
+        });
+        let flood = tokio::spawn({
+            let submitter = submitter.clone();
+            async move { submitter.submit(new("flood")).await }
+        });
+        tokio::task::yield_now().await;
+        // The flood's group waits on `release`; the trickle's commits beside it.
+        let trickle =
+            tokio::time::timeout(Duration::from_secs(10), submitter.submit(new("trickle")))
+                .await
+                .expect("the trickle waited for the flood's commit");
+        assert_eq!(committed(trickle), "trickle");
+        assert!(!flood.is_finished());
+        release.notify_one();
+        assert_eq!(committed(flood.await.unwrap()), "flood");
+    }
+
+    #[tokio::test]
+    async fn one_lane_commits_every_tenant_waiting_together() {
+        let release = Arc::new(Notify::new());
+        let held = release.clone();
+        let first = Arc::new(AtomicUsize::new(0));
+        let seen = first.clone();
+        let submitter = Submitter::start(Lanes::One, move |group: Group| {
+            let held = held.clone();
+            let seen = seen.clone();
+            async move {
+                // The first group waits until the others are queued behind it.
+                if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                    held.notified().await;
+                }
+                answer(group);
+            }
+        });
+        let mut calls = Vec::new();
+        for tenant in ["a", "b", "c"] {
+            let submitter = submitter.clone();
+            calls.push(tokio::spawn(
+                async move { submitter.submit(new(tenant)).await },
+            ));
+            tokio::task::yield_now().await;
+        }
+        while submitter.inner.open.lock().unwrap()[""].capacity() > 4 * MAX_GROUP - 2 {
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        let answers: Vec<String> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|a| committed(a.unwrap()))
+            .collect();
+        assert_eq!(answers, ["a", "b,c", "b,c"]);
     }
 }

@@ -5,7 +5,9 @@
 //! Submissions that arrive together now share one transaction: the lock is
 //! taken once, each tenant's proposals go in with one multi-row INSERT, and
 //! one commit answers them all. Each caller still hears back only after the commit: OK means
-//! the row is durable.
+//! the row is durable. Each tenant's submissions have a committer of their
+//! own (`Lanes::PerTenant`): a tenant's group commits beside the others',
+//! never behind them.
 //!
 //! A database error anywhere in a group rolls the group back and its
 //! submissions are then tried one transaction each, so a bad submission fails
@@ -14,12 +16,12 @@
 use sqlx::{PgConnection, PgPool};
 
 use super::{proposals, scope};
-use crate::group_commit::{Group, Inserted, Submitter};
+use crate::group_commit::{Group, Inserted, Lanes, Submitter};
 use crate::{NewProposal, Result, StoreError};
 
 /// Starts the committer on the pool.
 pub fn start(pool: PgPool) -> Submitter {
-    Submitter::start(move |group| {
+    Submitter::start(Lanes::PerTenant, move |group| {
         let pool = pool.clone();
         async move { commit(&pool, group).await }
     })

@@ -7,11 +7,11 @@
 use rusqlite::Connection;
 
 use super::{SqliteWriter, proposals};
-use crate::group_commit::{Group, Submitter};
+use crate::group_commit::{Group, Lanes, Submitter};
 
 /// Starts the committer; each group commits on the write thread.
 pub fn start(writer: SqliteWriter) -> Submitter {
-    Submitter::start(move |group| {
+    Submitter::start(Lanes::One, move |group| {
         let writer = writer.clone();
         async move {
             // A group lost with the thread has no one to answer: its callers
