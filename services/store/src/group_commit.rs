@@ -8,7 +8,8 @@
 //!
 //! A committer is a lane: a task with its own queue, started by the first
 //! submission that needs it and kept while the store is (a lane waiting is a
-//! task and an empty queue; the lanes are at most the tenants).
+//! task and an empty queue of boxed submissions, about a kilobyte; the lanes
+//! are at most the tenants).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,7 +26,10 @@ pub(crate) const MAX_GROUP: usize = 256;
 pub(crate) type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 pub(crate) type Reply = oneshot::Sender<Inserted>;
 pub(crate) type Group = Vec<(NewProposal, Reply)>;
-type Job = (NewProposal, Reply);
+/// A submission as its lane's queue holds it: boxed, so that a queue's
+/// slots (allocated in blocks, and kept while the lane is) are a pointer
+/// and a reply each, whatever a proposal's size.
+type Job = (Box<NewProposal>, Reply);
 type Commit = Arc<dyn Fn(Group) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Which submissions share a committer.
@@ -93,7 +97,7 @@ impl Submitter {
     pub(crate) async fn submit(&self, new: NewProposal) -> Inserted {
         let (reply, answer) = oneshot::channel();
         let lane = self.inner.lane(self.inner.lanes.of(&new));
-        lane.send((new, reply))
+        lane.send((Box::new(new), reply))
             .await
             .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
         answer
@@ -118,11 +122,11 @@ impl Inner {
 
 /// Commits groups until every sender is gone (the store dropped).
 async fn run_lane(mut rx: mpsc::Receiver<Job>, commit: Commit) {
-    while let Some(first) = rx.recv().await {
-        let mut group = vec![first];
+    while let Some((new, reply)) = rx.recv().await {
+        let mut group = vec![(*new, reply)];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(job) => group.push(job),
+                Ok((new, reply)) => group.push((*new, reply)),
                 Err(_) => break,
             }
         }

@@ -39,7 +39,10 @@ async fn a_tenant_submits_while_another_tenants_group_cannot_commit() {
         }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!stuck.is_finished(), "the held row holds the flood's insert");
+    assert!(
+        !stuck.is_finished(),
+        "the held row holds the flood's insert"
+    );
 
     let quiet = tokio::time::timeout(
         Duration::from_secs(10),
