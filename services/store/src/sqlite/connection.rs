@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use super::Synchronous;
 use crate::{Result, StoreError};
@@ -141,6 +141,13 @@ pub(crate) fn open_writer(location: &Location, synchronous: Synchronous) -> Resu
         Location::Memory => Connection::open_in_memory()?,
     };
     configure(&mut conn)?;
+    // Every transaction takes the write lock at its BEGIN, waiting out the
+    // busy timeout for it. One that began as a reader (its first statement a
+    // read) could not take the lock later once another process on the file
+    // (`countersign admin`) had committed since: SQLite fails it at once,
+    // with no wait. This process writes through this connection alone, so
+    // taking the lock early holds no one of ours back.
+    conn.set_transaction_behavior(TransactionBehavior::Immediate);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // A batch statement inside a transaction keeps a statement journal (the
     // pages it changed, as they were, so that it can fail alone); past 64 KiB
@@ -221,6 +228,37 @@ mod tests {
                 "{refused}"
             );
         }
+    }
+
+    /// A writer's transaction that reads before it writes, with another
+    /// process committing between the two: the other waits for it, and both
+    /// commit.
+    #[test]
+    fn another_processs_commit_never_fails_a_writer_transaction_that_read_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mut conn = open_writer(&Location::File(path.clone()), Synchronous::Full).unwrap();
+        conn.execute_batch("CREATE TABLE t (n INTEGER PRIMARY KEY)")
+            .unwrap();
+        let tx = conn.transaction().unwrap();
+        let before: i64 = tx
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        let other = std::thread::spawn(move || {
+            let other = Connection::open(&path).unwrap();
+            other.busy_timeout(BUSY_TIMEOUT).unwrap();
+            other.execute("INSERT INTO t VALUES (1)", []).map(|_| ())
+        });
+        // Time for the other process's insert to commit, were it not held.
+        std::thread::sleep(Duration::from_millis(300));
+        tx.execute("INSERT INTO t VALUES (?)", [before + 2])
+            .expect("the writer's transaction keeps its lock from its start");
+        tx.commit().unwrap();
+        other.join().unwrap().unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
     }
 
     /// Bytes this thread has passed to `write` so far.
