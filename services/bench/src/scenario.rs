@@ -633,9 +633,15 @@ async fn submit_decide_on(
             warm_up(&grown_server, &grown_key, load, pool, 1).await?;
             fill(&mut grown_server, rows, pool, load.warmup, &mut baselines).await?;
             warm_up(&grown_server, &grown_key, load, pool, 2).await?;
-            let (empty, grown) =
+            let (empty, grown, blocks) =
                 take_turns((&server, &key), (&grown_server, &grown_key), load, pool).await?;
             baselines.insert("growth_blocks".to_owned(), GROWTH_BLOCKS as f64);
+            // Each turn's pair, so that a run shows whether the grown side
+            // trails steadily or in some blocks only.
+            for (turn, [empty, grown]) in blocks.iter().enumerate() {
+                baselines.insert(format!("growth_block_{}_empty_per_s", turn + 1), *empty);
+                baselines.insert(format!("growth_block_{}_grown_per_s", turn + 1), *grown);
+            }
             (grown, Some(empty))
         };
         let empty = beside.as_ref().unwrap_or(&empty);
@@ -745,19 +751,21 @@ async fn fill(
 
 /// `load.proposals` on each of two servers in [`GROWTH_BLOCKS`] turns, one
 /// block on `first`, then one on `second`, and again; each side's blocks
-/// summed.
+/// summed, and each turn's two decision rates.
 async fn take_turns(
     (first, first_key): (&Server, &str),
     (second, second_key): (&Server, &str),
     load: &LoadArgs,
     pool: u64,
-) -> anyhow::Result<(Measured, Measured)> {
+) -> anyhow::Result<(Measured, Measured, Vec<[f64; 2]>)> {
     let block = LoadArgs {
         proposals: (load.proposals / GROWTH_BLOCKS).max(1),
         ..load.clone()
     };
     let mut sides: [Option<Measured>; 2] = [None, None];
+    let mut rates = Vec::new();
     for turn in 0..GROWTH_BLOCKS {
+        let mut pair = [0.0; 2];
         // Numbered past the warm-ups' rounds (1 and 2) and the first run.
         let numbered = (pool, (3 + turn) << 40);
         for (side, (server, key)) in [(first, first_key), (second, second_key)]
@@ -765,16 +773,18 @@ async fn take_turns(
             .enumerate()
         {
             let measured = measure_from(server, key, &block, numbered).await?;
+            pair[side] = measured.throughput();
             match &mut sides[side] {
                 Some(sum) => sum.absorb(measured)?,
                 empty => *empty = Some(measured),
             }
         }
+        rates.push(pair);
     }
     let [Some(first), Some(second)] = sides else {
         anyhow::bail!("no block was measured");
     };
-    Ok((first, second))
+    Ok((first, second, rates))
 }
 
 /// How long a trickle runs: for a span, or until its flag is set.
