@@ -15,6 +15,7 @@ mod growth;
 mod model;
 mod production;
 mod report;
+mod rows_floor;
 mod scenario;
 mod server;
 mod suppressed;
@@ -117,10 +118,11 @@ pub struct LoadArgs {
     /// Give up on one decision after this long.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub decision_timeout: Duration,
-    /// How clients learn decisions: one `AwaitDecision` per proposal, one
-    /// shared `Watch` stream (terminal events only), or the `Submit` itself
-    /// (`submit-wait`: `wait_for_decision`, one call per decision).
-    #[arg(long, value_enum, default_value_t = Via::Await)]
+    /// How clients learn decisions: the `Submit` itself (`submit-wait`, the
+    /// one call the CLI's `submit --wait` and the SDKs' `submit_and_wait`
+    /// make: `wait_for_decision`), one `AwaitDecision` per proposal after
+    /// the `Submit`, or one shared `Watch` stream (terminal events only).
+    #[arg(long, value_enum, default_value_t = Via::SubmitWait)]
     pub via: Via,
     /// The growth run: measure, write this many decided proposals straight
     /// into a database, measure again, and print the ratio. Embedded, the

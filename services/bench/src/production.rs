@@ -259,7 +259,7 @@ impl Production {
     }
 }
 
-fn pgbench_binary() -> String {
+pub(crate) fn pgbench_binary() -> String {
     if Command::new("pgbench").arg("--version").output().is_ok() {
         return "pgbench".into();
     }
@@ -274,7 +274,7 @@ fn pgbench_binary() -> String {
 }
 
 /// `tps = 15712.3 (without initial connection time)` → 15712.3.
-fn parse_pgbench_tps(text: &str) -> Option<f64> {
+pub(crate) fn parse_pgbench_tps(text: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.trim().strip_prefix("tps = "))
         .and_then(|rest| rest.split_whitespace().next())

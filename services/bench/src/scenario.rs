@@ -505,6 +505,8 @@ pub(crate) fn backend_name(production: Option<&Production>) -> &'static str {
 /// stream or the Submit waits for its decision), so the floor divided by them bounds the decisions per second
 /// whatever the storage costs: the transport's ceiling.
 struct TransportFloor {
+    /// Health checks a second.
+    rate: f64,
     baselines: BTreeMap<String, f64>,
     ratios: Vec<(String, f64)>,
     latency: Percentiles,
@@ -543,6 +545,7 @@ async fn transport_floor(
         )
     }));
     Ok(TransportFloor {
+        rate,
         baselines: BTreeMap::from([
             (format!("grpc_health_checks_per_s_{clients}_clients"), rate),
             ("transport_ceiling_decisions_per_s".to_owned(), ceiling),
@@ -566,7 +569,17 @@ async fn submit_decide_on(
 ) -> anyhow::Result<Report> {
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
-    let (mut baselines, limits) = limits(args, production.as_ref()).await?;
+    let (mut baselines, mut limits) = limits(args, production.as_ref()).await?;
+    let rows = crate::rows_floor::measure(
+        production.as_ref(),
+        &args.server_binary()?,
+        args.production.pgbench_clients,
+        load.clients,
+        args.baseline_time,
+    )
+    .await?;
+    baselines.extend(rows.baselines());
+    limits.push(("decision_rows_alone_per_s".to_owned(), rows.decisions_per_s));
     let mut server = Server::start_on(args, production)?;
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
@@ -593,6 +606,10 @@ async fn submit_decide_on(
     if load.rate.is_none() {
         let floor = transport_floor(&server, load, &limits, empty.throughput()).await?;
         ratios.extend(floor.ratios);
+        ratios.insert(
+            "decision_rows_alone_per_s / grpc_health_checks_per_s".to_owned(),
+            rows.decisions_per_s / floor.rate.max(1e-9),
+        );
         baselines.extend(floor.baselines);
         ratios.insert(
             "decision p99 / health check p99".to_owned(),
@@ -601,15 +618,29 @@ async fn submit_decide_on(
         latencies.insert("health check (floor)".to_owned(), floor.latency);
         add_counts(&mut errors, "health check: ", &floor.errors);
     }
-    // PostgreSQL's CPU per decision over its CPU per pgbench insert.
-    if let (Some(seconds), Some(per_tx)) = (
-        empty.usage.postgres_cpu_seconds,
-        baselines.get("pgbench_postgres_cpu_ms_per_tx").copied(),
-    ) {
+    // PostgreSQL's CPU per decision over its CPU per pgbench insert, and
+    // over what the decision's rows alone cost it (each against the other too).
+    let per_tx = baselines.get("pgbench_postgres_cpu_ms_per_tx").copied();
+    if let Some(seconds) = empty.usage.postgres_cpu_seconds {
         let decided = empty.tally.outcomes.values().sum::<u64>().max(1) as f64;
+        let per_decision = seconds * 1000.0 / decided;
+        if let Some(per_tx) = per_tx {
+            ratios.insert(
+                "postgres cpu per decision / per pgbench transaction".to_owned(),
+                per_decision / per_tx.max(1e-9),
+            );
+        }
+        if let Some(rows_ms) = rows.postgres_cpu_ms {
+            ratios.insert(
+                "postgres cpu per decision / per decision of its rows alone".to_owned(),
+                per_decision / rows_ms.max(1e-9),
+            );
+        }
+    }
+    if let (Some(per_tx), Some(rows_ms)) = (per_tx, rows.postgres_cpu_ms) {
         ratios.insert(
-            "postgres cpu per decision / per pgbench transaction".to_owned(),
-            seconds * 1000.0 / decided / per_tx.max(1e-9),
+            "postgres cpu per decision of its rows alone / per pgbench transaction".to_owned(),
+            rows_ms / per_tx.max(1e-9),
         );
     }
     let mut headline = (empty.throughput(), empty.wall, empty.usage.clone());

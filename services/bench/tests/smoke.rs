@@ -77,6 +77,8 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
         "4",
         "--reject-ratio",
         "0.25",
+        "--via",
+        "await",
     ]);
     assert_eq!(report["outcomes"]["approved"], 15, "{report}");
     assert_eq!(report["outcomes"]["rejected"], 5, "{report}");
@@ -133,11 +135,32 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
             > 0.0,
         "{report}"
     );
+    // A decision's rows written alone, same run: their rate and CPU, and the
+    // run's beside them.
+    for figure in [
+        "decision_rows_alone_per_s",
+        "decision_rows_alone_postgres_cpu_ms_per_decision",
+    ] {
+        assert!(
+            report["baselines"][figure].as_f64().unwrap() > 0.0,
+            "{figure}: {report}"
+        );
+    }
+    for ratio in [
+        "decisions_per_s / decision_rows_alone_per_s",
+        "postgres cpu per decision / per decision of its rows alone",
+        "postgres cpu per decision of its rows alone / per pgbench transaction",
+    ] {
+        assert!(
+            report["ratios"][ratio].as_f64().unwrap() > 0.0,
+            "{ratio}: {report}"
+        );
+    }
 }
 
 #[test]
 fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
-    for via in ["await", "watch"] {
+    for via in ["await", "watch", "submit-wait"] {
         let report = bench(&[
             "submit-decide",
             "--proposals",
@@ -171,6 +194,21 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
         }
         assert!(writes["rows events update"].is_null(), "{report}");
         assert!(writes["log_bytes"].as_f64().unwrap() > 0.0, "{report}");
+        // The contract's rows alone on one SQLite connection, same run.
+        assert!(
+            report["baselines"]["decision_rows_alone_per_s"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{report}"
+        );
+        assert!(
+            report["ratios"]["decision_rows_alone_per_s / grpc_health_checks_per_s"]
+                .as_f64()
+                .unwrap()
+                > 0.0,
+            "{report}"
+        );
     }
 }
 
