@@ -40,6 +40,46 @@ async fn decide(app: &TestApp) -> countersign_proto::v1::Proposal {
     app.await_decision(&key, &id, WAIT).await.unwrap()
 }
 
+/// The same proposal submitted by a call that waits: reviewed inside the
+/// transaction that stores it (`AtSubmission`, with the same evaluator), or
+/// queued for the worker where that review does not conclude.
+async fn decide_waiting(app: &TestApp) -> countersign_proto::v1::Proposal {
+    let key = app.key("acme", Role::Coordinator).await;
+    let answer = app
+        .client(&key)
+        .await
+        .submit(countersign_proto::v1::SubmitRequest {
+            spec: Some(valid_spec()),
+            wait_for_decision: Some(WAIT.try_into().unwrap()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    answer.proposal.unwrap()
+}
+
+/// The real gates, less `gate`'s result.
+fn dropping(gate: &'static str) -> Evaluator {
+    Arc::new(move |facts: &ReviewFacts| {
+        let mut verdict = gates::evaluate(facts);
+        verdict.gates.retain(|g| g.gate != gate);
+        verdict
+    })
+}
+
+/// The real gates, and a passed gate nobody knows.
+fn with_an_unknown_gate() -> Evaluator {
+    Arc::new(|facts: &ReviewFacts| {
+        let mut verdict = gates::evaluate(facts);
+        verdict.gates.push(countersign_domain::GateResult {
+            gate: "looks_fine_to_me".into(),
+            passed: true,
+            detail: String::new(),
+        });
+        verdict
+    })
+}
+
 fn assert_review_failed(p: &countersign_proto::v1::Proposal) {
     assert_eq!(p.state, ProposalState::Rejected as i32, "{p:?}");
     let d = p.decision.as_ref().unwrap();
@@ -56,6 +96,35 @@ async fn the_real_gates_approve_the_control_proposal() {
 }
 
 #[tokio::test]
+async fn the_real_gates_approve_the_control_proposal_at_submission() {
+    let app = app_with(Arc::new(gates::evaluate), |_| {}).await;
+    let p = decide_waiting(&app).await;
+    assert_eq!(p.state, ProposalState::Approved as i32);
+    assert_eq!(p.decision.unwrap().reviewer, "test/submit");
+}
+
+#[tokio::test]
+async fn a_review_at_submission_that_panics_queues_it_then_it_is_rejected_as_review_failed() {
+    let evaluator: Evaluator = Arc::new(|_: &ReviewFacts| -> Verdict { panic!("reviewer bug") });
+    let app = app_with(evaluator, |_| {}).await;
+    assert_review_failed(&decide_waiting(&app).await);
+}
+
+#[tokio::test]
+async fn a_result_at_submission_missing_a_gate_or_with_an_unknown_one_is_a_rejection() {
+    let p = decide_waiting(&app_with(dropping(gates::ROLLBACK), |_| {}).await).await;
+    assert_eq!(p.state, ProposalState::Rejected as i32, "{p:?}");
+    let d = p.decision.unwrap();
+    assert_eq!(
+        (d.missing_gates, d.reviewer),
+        (vec!["rollback".to_owned()], "test/submit".to_owned())
+    );
+    let p = decide_waiting(&app_with(with_an_unknown_gate(), |_| {}).await).await;
+    assert_eq!(p.state, ProposalState::Rejected as i32, "{p:?}");
+    assert_eq!(p.decision.unwrap().missing_gates, ["review"]);
+}
+
+#[tokio::test]
 async fn a_panicking_review_is_retried_then_rejected_as_review_failed() {
     let evaluator: Evaluator = Arc::new(|_: &ReviewFacts| -> Verdict { panic!("reviewer bug") });
     let app = app_with(evaluator, |_| {}).await;
@@ -64,14 +133,7 @@ async fn a_panicking_review_is_retried_then_rejected_as_review_failed() {
 
 #[tokio::test]
 async fn a_result_missing_a_gate_is_a_rejection() {
-    let evaluator: Evaluator = Arc::new(|facts: &ReviewFacts| {
-        let mut verdict = gates::evaluate(facts);
-        verdict
-            .gates
-            .retain(|g| g.gate != gates::NO_PARALLEL_OPERATION);
-        verdict
-    });
-    let app = app_with(evaluator, |_| {}).await;
+    let app = app_with(dropping(gates::NO_PARALLEL_OPERATION), |_| {}).await;
     let p = decide(&app).await;
     assert_eq!(p.state, ProposalState::Rejected as i32);
     assert_eq!(p.decision.unwrap().missing_gates, ["no_parallel_operation"]);
@@ -79,16 +141,7 @@ async fn a_result_missing_a_gate_is_a_rejection() {
 
 #[tokio::test]
 async fn a_result_with_an_unknown_extra_gate_is_a_rejection() {
-    let evaluator: Evaluator = Arc::new(|facts: &ReviewFacts| {
-        let mut verdict = gates::evaluate(facts);
-        verdict.gates.push(countersign_domain::GateResult {
-            gate: "looks_fine_to_me".into(),
-            passed: true,
-            detail: String::new(),
-        });
-        verdict
-    });
-    let app = app_with(evaluator, |_| {}).await;
+    let app = app_with(with_an_unknown_gate(), |_| {}).await;
     let p = decide(&app).await;
     assert_eq!(p.state, ProposalState::Rejected as i32);
     assert_eq!(p.decision.unwrap().missing_gates, ["review"]);
@@ -96,13 +149,22 @@ async fn a_result_with_an_unknown_extra_gate_is_a_rejection() {
 
 #[tokio::test]
 async fn malformed_stored_data_fails_the_review_closed() {
-    let app = app_with(Arc::new(gates::evaluate), |_| {}).await;
-    let db = app.raw_db().await;
-    sqlx::query("UPDATE sops SET selector_json = '{not json' WHERE id = 'SOP-007'")
-        .execute(&db)
-        .await
-        .unwrap();
-    assert_review_failed(&decide(&app).await);
+    // Through the worker, and at submission (whose facts cannot be read:
+    // it is queued for the worker).
+    for waiting in [false, true] {
+        let app = app_with(Arc::new(gates::evaluate), |_| {}).await;
+        let db = app.raw_db().await;
+        sqlx::query("UPDATE sops SET selector_json = '{not json' WHERE id = 'SOP-007'")
+            .execute(&db)
+            .await
+            .unwrap();
+        let decided = if waiting {
+            decide_waiting(&app).await
+        } else {
+            decide(&app).await
+        };
+        assert_review_failed(&decided);
+    }
 }
 
 #[tokio::test]

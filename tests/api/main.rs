@@ -1,6 +1,7 @@
 //! End-to-end tests: the real server on port 0 with a fresh SQLite database per
 //! test, driven through the generated client (and, in `binary`, the real binary).
 
+mod at_submission;
 mod audit;
 mod auth;
 mod binary;

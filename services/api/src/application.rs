@@ -15,7 +15,7 @@ use countersign_proto::{
         sop_service_server::SopServiceServer, target_service_server::TargetServiceServer,
     },
 };
-use countersign_store::DynStore;
+use countersign_store::{DynStore, SubmitReview};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{
@@ -98,6 +98,9 @@ pub struct Application {
     peers: Option<Arc<dyn Peers>>,
     console: Option<Console>,
     queue_depths: QueueDepths,
+    /// The review a waiting `Submit` gets in its own transaction (none:
+    /// every submission is queued for the reviewers).
+    at_submission: Option<Arc<dyn SubmitReview>>,
 }
 
 /// The services a server mounts, and their names as health reports them
@@ -157,6 +160,7 @@ impl Application {
             peers: None,
             console,
             queue_depths: QueueDepths::default(),
+            at_submission: None,
         })
     }
 
@@ -172,6 +176,14 @@ impl Application {
     /// root's queue sampler records into the same handle.
     pub fn with_queue_depths(mut self, depths: QueueDepths) -> Self {
         self.queue_depths = depths;
+        self
+    }
+
+    /// A `Submit` that waits for its decision is reviewed inside the
+    /// transaction that stores it, by `review` (see
+    /// `Proposals::submit_reviewed`).
+    pub fn with_review_at_submission(mut self, review: Arc<dyn SubmitReview>) -> Self {
+        self.at_submission = Some(review);
         self
     }
 
@@ -253,6 +265,7 @@ impl Application {
                 views.clone(),
                 fanout.clone(),
                 suppression.clone(),
+                self.at_submission.clone(),
             )),
             notifications: Arc::new(NotificationApi::new(
                 self.store.clone(),

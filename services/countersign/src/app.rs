@@ -9,7 +9,7 @@
 //! metrics endpoint and its recorder, the lines that announce the addresses,
 //! and the grace period's hard cap.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use countersign_api::{
     ApiConfig, Application, HealthOnly, QueueDepths, RateLimit, Timeouts, fanout::WatchConfig,
@@ -17,7 +17,7 @@ use countersign_api::{
 };
 use countersign_model::Models;
 use countersign_queue::DynQueue;
-use countersign_reviewer::ReviewerConfig;
+use countersign_reviewer::{AtSubmission, ReviewerConfig};
 use countersign_store::DynStore;
 use tokio_util::sync::CancellationToken;
 
@@ -173,6 +173,9 @@ impl App {
                 let mut app = Application::build(api, store.clone())
                     .await?
                     .with_queue_depths(depths.clone());
+                if config.review.at_submission {
+                    app = app.with_review_at_submission(Arc::new(AtSubmission::new(&reviewers)));
+                }
                 if let Some(peers) = peers {
                     app = app.with_peers(peers);
                 }

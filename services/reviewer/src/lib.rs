@@ -8,6 +8,7 @@
 //! make the decision stricter. The janitor also expires escalations nobody
 //! completed in time.
 
+mod at_submission;
 mod config;
 mod janitor;
 mod model_stage;
@@ -22,6 +23,7 @@ use countersign_store::DynStore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use at_submission::AtSubmission;
 pub use config::{Evaluator, ReviewerConfig};
 pub use sequencer::Sequencer;
 pub use worker::{Lane, submissions};

@@ -12,8 +12,9 @@ use std::{
 
 use countersign_domain::{
     Decision, Millis, Proposal,
-    escalation::{self, AfterGates, Escalation},
-    gates::ReviewFacts,
+    escalation::{self, AfterGates, Escalation, Route},
+    gates::{ReviewFacts, Verdict},
+    model::{ModelProfile, Prompt},
     review::{self, ReviewStamp},
 };
 use countersign_queue::{DynQueue, Lease, Submissions};
@@ -28,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::{
-    ReviewerConfig,
+    Evaluator, ReviewerConfig,
     model_stage::{self, Answers, Ask, ModelStage},
     trace_context,
 };
@@ -157,9 +158,89 @@ async fn enqueued_here(enqueued: &mut Option<watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
+/// What the gates, the tenant's routes and its model profiles make of a
+/// review: the gates' verdict; the strictest of the tenant's routes that
+/// matches may send the proposal to people (`escalation::after_review`);
+/// where the gates would approve it or a route escalates it, and a model
+/// profile of the tenant matches it, it is to be asked of the model
+/// (`model_stage`). A rejection by the gates is never put to a model.
+pub(crate) struct Conclusion {
+    verdict: Verdict,
+    route: Option<Route>,
+    asked: Option<(ModelProfile, Prompt)>,
+}
+
+/// [`Conclusion`] of `evaluator` on `facts`; `None` if it panicked.
+pub(crate) fn conclude(
+    evaluator: &Evaluator,
+    proposal: &Proposal,
+    facts: &ReviewFacts,
+) -> Option<Conclusion> {
+    catch_unwind(AssertUnwindSafe(|| {
+        let verdict = evaluator(facts);
+        let route = match escalation::after_review(facts, &verdict, &facts.routes) {
+            AfterGates::Escalate(route) => Some(route.clone()),
+            AfterGates::Decide => None,
+        };
+        let asked = (route.is_some() || verdict.approves())
+            .then(|| model_stage::profile_of(facts))
+            .flatten()
+            .map(|profile| (profile, model_stage::prompt_for(proposal, facts, &verdict)));
+        Conclusion {
+            verdict,
+            route,
+            asked,
+        }
+    }))
+    .ok()
+}
+
+impl Conclusion {
+    /// The decision the gates reach alone: `None` where people or a model
+    /// are to be asked first.
+    pub(crate) fn decided_alone(self, proposal: &Proposal, stamp: ReviewStamp) -> Option<Decision> {
+        if self.route.is_some() || self.asked.is_some() {
+            return None;
+        }
+        Some(review::decide(
+            &self.verdict,
+            &(&proposal.spec).into(),
+            stamp,
+        ))
+    }
+
+    /// Where the review goes from here.
+    fn reviewed(
+        self,
+        proposal: &Proposal,
+        facts: &ReviewFacts,
+        started_at: Millis,
+        stamp: ReviewStamp,
+    ) -> Reviewed {
+        if let Some((profile, prompt)) = self.asked {
+            Reviewed::Ask(Box::new(Ask {
+                profile,
+                prompt,
+                verdict: self.verdict,
+                route: self.route,
+                spec: facts.spec.clone(),
+                started_at,
+            }))
+        } else if let Some(route) = self.route {
+            Reviewed::Escalated(Escalation::open(&route, &self.verdict, &stamp))
+        } else {
+            Reviewed::Decided(review::decide(
+                &self.verdict,
+                &(&proposal.spec).into(),
+                stamp,
+            ))
+        }
+    }
+}
+
 /// A recorded decision's series: by outcome, by each gate that failed, and
 /// how long the review took (REVIEWING to decision).
-fn record_metrics(decision: &Decision) {
+pub(crate) fn record_metrics(decision: &Decision) {
     metrics::counter!("countersign_reviews_total", "outcome" => decision.outcome.as_str())
         .increment(1);
     for gate in decision.gates.iter().filter(|g| !g.passed) {
@@ -503,12 +584,8 @@ impl Worker {
         out
     }
 
-    /// Runs the gates on gathered facts, then the step after them: the
-    /// strictest of the tenant's routes that matches may send the proposal
-    /// to people (`escalation::after_review`), else the gates decide. Where
-    /// the gates would approve it or a route escalates it, and a model
-    /// profile of the tenant matches it, it is asked of the model instead
-    /// (`model_stage`). A panic or a passed deadline never approves, never
+    /// Runs the gates on gathered facts, then the step after them
+    /// ([`conclude`]). A panic or a passed deadline never approves, never
     /// escalates and asks no model.
     fn decide(
         &self,
@@ -517,38 +594,13 @@ impl Worker {
         started_at: Millis,
     ) -> Result<Reviewed, Step> {
         let deadline_ms = self.config.review_deadline.as_millis() as u64;
-        let evaluator = self.config.evaluator.clone();
-        let (verdict, route, asked) = catch_unwind(AssertUnwindSafe(|| {
-            let verdict = evaluator(facts);
-            let route = match escalation::after_review(facts, &verdict, &facts.routes) {
-                AfterGates::Escalate(route) => Some(route.clone()),
-                AfterGates::Decide => None,
-            };
-            // Only what would be approved or escalated: a rejection by the
-            // gates is never put to a model.
-            let asked = (route.is_some() || verdict.approves())
-                .then(|| model_stage::profile_of(facts))
-                .flatten()
-                .map(|profile| (profile, model_stage::prompt_for(proposal, facts, &verdict)));
-            (verdict, route, asked)
-        }))
-        .map_err(|_| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
+        let concluded = conclude(&self.config.evaluator, proposal, facts)
+            .ok_or_else(|| Step::Retry("the review panicked".into(), self.config.retry_delay))?;
         let stamp = self.stamp(started_at);
         Ok(if now_ms() >= started_at + deadline_ms as Millis {
             Reviewed::Decided(review::timed_out(deadline_ms, stamp))
-        } else if let Some((profile, prompt)) = asked {
-            Reviewed::Ask(Box::new(Ask {
-                profile,
-                prompt,
-                verdict,
-                route,
-                spec: facts.spec.clone(),
-                started_at,
-            }))
-        } else if let Some(route) = route {
-            Reviewed::Escalated(Escalation::open(&route, &verdict, &stamp))
         } else {
-            Reviewed::Decided(review::decide(&verdict, &(&proposal.spec).into(), stamp))
+            concluded.reviewed(proposal, facts, started_at, stamp)
         })
     }
 

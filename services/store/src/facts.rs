@@ -214,15 +214,7 @@ impl<'a> Batch<'a> {
             }
         };
         for (i, mut facts) in gathered.facts {
-            let mut mine: Vec<OtherOperation> = others
-                .iter()
-                .filter(|other| gates::blocks(&facts, other))
-                .cloned()
-                .collect();
-            mine.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-            mine.dedup_by(|a, b| a.id == b.id);
-            mine.truncate(MAX_OTHERS);
-            facts.others = mine;
+            add_blocking(&mut facts, &others);
             self.out[i] = Some(Ok(facts));
         }
     }
@@ -234,6 +226,24 @@ impl<'a> Batch<'a> {
             .map(|facts| facts.unwrap_or_else(|| Err(corrupt("facts not gathered".into()))))
             .collect()
     }
+}
+
+/// Adds to a review's other operations those of `candidates` that block
+/// it (`gates::blocks`), oldest first, each once, at most [`MAX_OTHERS`].
+pub(crate) fn add_blocking<'a>(
+    facts: &mut ReviewFacts,
+    candidates: impl IntoIterator<Item = &'a OtherOperation>,
+) {
+    let blocking: Vec<OtherOperation> = candidates
+        .into_iter()
+        .filter(|other| gates::blocks(facts, other))
+        .cloned()
+        .collect();
+    let others = &mut facts.others;
+    others.extend(blocking);
+    others.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    others.dedup_by(|a, b| a.id == b.id);
+    others.truncate(MAX_OTHERS);
 }
 
 /// Whether a tenant group's SOP rows are to be read for every action (its

@@ -18,18 +18,18 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome};
+use crate::{NewProposal, Result, StoreError, StoreEvent, SubmitOutcome, types::Submission};
 
 /// The most submissions one transaction takes.
 pub(crate) const MAX_GROUP: usize = 256;
 
 pub(crate) type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 pub(crate) type Reply = oneshot::Sender<Inserted>;
-pub(crate) type Group = Vec<(NewProposal, Reply)>;
+pub(crate) type Group = Vec<(Submission, Reply)>;
 /// A submission as its lane's queue holds it: boxed, so that a queue's
 /// slots (allocated in blocks, and kept while the lane is) are a pointer
 /// and a reply each, whatever a proposal's size.
-type Job = (Box<NewProposal>, Reply);
+type Job = (Box<Submission>, Reply);
 type Commit = Arc<dyn Fn(Group) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Which submissions share a committer.
@@ -94,10 +94,10 @@ impl Submitter {
         }
     }
 
-    pub(crate) async fn submit(&self, new: NewProposal) -> Inserted {
+    pub(crate) async fn submit(&self, submission: Submission) -> Inserted {
         let (reply, answer) = oneshot::channel();
-        let lane = self.inner.lane(self.inner.lanes.of(&new));
-        lane.send((Box::new(new), reply))
+        let lane = self.inner.lane(self.inner.lanes.of(&submission.new));
+        lane.send((Box::new(submission), reply))
             .await
             .map_err(|_| StoreError::Unavailable("the store is shutting down".into()))?;
         answer
@@ -122,11 +122,11 @@ impl Inner {
 
 /// Commits groups until every sender is gone (the store dropped).
 async fn run_lane(mut rx: mpsc::Receiver<Job>, commit: Commit) {
-    while let Some((new, reply)) = rx.recv().await {
-        let mut group = vec![(*new, reply)];
+    while let Some((submission, reply)) = rx.recv().await {
+        let mut group = vec![(*submission, reply)];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok((new, reply)) => group.push((*new, reply)),
+                Ok((submission, reply)) => group.push((*submission, reply)),
                 Err(_) => break,
             }
         }
@@ -145,8 +145,8 @@ mod tests {
 
     use super::*;
 
-    fn new(tenant: &str) -> NewProposal {
-        NewProposal {
+    fn new(tenant: &str) -> Submission {
+        let new = NewProposal {
             id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: ProposalSpec {
@@ -168,13 +168,14 @@ mod tests {
             submitted_by_person: None,
             submitted_key: None,
             trace_parent: None,
-        }
+        };
+        Submission { new, review: None }
     }
 
     /// Answers each submission with an error that names the tenants of its
     /// group, so a test can tell which submissions shared a commit.
     fn answer(group: Group) {
-        let mut tenants: Vec<&str> = group.iter().map(|(n, _)| n.tenant.as_str()).collect();
+        let mut tenants: Vec<&str> = group.iter().map(|(n, _)| n.new.tenant.as_str()).collect();
         tenants.sort_unstable();
         tenants.dedup();
         let named = tenants.join(",");
@@ -197,7 +198,7 @@ mod tests {
         let submitter = Submitter::start(Lanes::PerTenant, move |group: Group| {
             let held = held.clone();
             async move {
-                if group[0].0.tenant == "flood" {
+                if group[0].0.new.tenant == "flood" {
                     held.notified().await;
                 }
                 answer(group);

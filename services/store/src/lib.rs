@@ -32,7 +32,7 @@ pub use traits::{
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, ConsoleSession, EscalationRecord,
     NewApiKey, NewProposal, OverdueReview, RecentRejection, RecordOutcome, StoreEvent,
-    SubmitOutcome, Tenant, Voted, check_policy, validate_tenant_name,
+    SubmitOutcome, SubmitReview, Tenant, Voted, check_policy, validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

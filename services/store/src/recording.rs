@@ -126,6 +126,34 @@ pub(crate) fn plan<'a, 'f>(
     Ok(plan)
 }
 
+/// Whether a decision reached inside a submission's own transaction is
+/// recorded there ([`commit::recording`] on the proposal as it is written,
+/// under review, and the facts it was reached on, which that transaction
+/// read): `None` leaves the proposal PENDING for the reviewers.
+pub(crate) fn at_submission(
+    proposal_id: &str,
+    decision: &Decision,
+    facts: &countersign_domain::gates::ReviewFacts,
+) -> Option<ProposalState> {
+    let sop = decision
+        .sop_id
+        .as_deref()
+        .and_then(|id| facts.sops.iter().find(|sop| sop.id == id))
+        .map(|sop| SopAtCommit {
+            version: sop.version,
+            retired: sop.retired,
+        });
+    let at = FactsAtCommit {
+        target: &facts.spec.target,
+        target_status: facts.target.as_ref().map(|t| t.status),
+        sop,
+    };
+    match commit::recording(proposal_id, ProposalState::Reviewing, decision, &at) {
+        Recording::Record(next) => Some(next),
+        Recording::Discard | Recording::Stale(_) => None,
+    }
+}
+
 impl Write<'_> {
     /// The decision's row as a JSON object, as PostgreSQL reads a batch of them.
     pub fn row(&self) -> serde_json::Value {

@@ -198,6 +198,31 @@ pub(crate) fn not_cancelled(
     ))
 }
 
+/// A review a submission asks for inside its own transaction: the gates
+/// run on the facts as that transaction reads them, and a decision they
+/// reach is written with the proposal, in one commit. Where the review does
+/// not conclude there (a route sends it to people, a model is to be asked,
+/// the review failed), the proposal is stored PENDING and queued for the
+/// reviewers, as any submission is.
+pub trait SubmitReview: Send + Sync + 'static {
+    /// The decision on `proposal` from `facts`; `None` leaves it to the
+    /// reviewers. Never an approval the gates did not reach.
+    fn review(
+        &self,
+        proposal: &Proposal,
+        facts: &countersign_domain::gates::ReviewFacts,
+    ) -> Option<countersign_domain::Decision>;
+    /// A decision it gave, once committed.
+    fn recorded(&self, decision: &countersign_domain::Decision);
+}
+
+/// A submission as the group commit takes it: the proposal, and the review
+/// it asks for in its own transaction (none: queued for the reviewers).
+pub struct Submission {
+    pub new: NewProposal,
+    pub review: Option<std::sync::Arc<dyn SubmitReview>>,
+}
+
 #[derive(Debug, Clone)]
 pub enum SubmitOutcome {
     Created(Proposal),

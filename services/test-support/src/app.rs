@@ -141,6 +141,11 @@ impl TestApp {
             Some(_) => ServeRole::All,
             None => ServeRole::Api,
         };
+        // The API alone reviews nothing: a waiting Submit is not decided
+        // as it is stored either, and its proposal stays PENDING.
+        if reviewers.is_none() {
+            config.review.at_submission = false;
+        }
         let db_path = config.data_dir().join("countersign.db");
         let mut settings = Settings::new(config);
         if let Some(reviewers) = reviewers {

@@ -10,7 +10,7 @@ use countersign_proto::{
         SubmitResponse, proposal_service_server::ProposalService,
     },
 };
-use countersign_store::{NewProposal, Proposals, SubmitOutcome};
+use countersign_store::{NewProposal, Proposals, SubmitOutcome, SubmitReview};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
@@ -44,6 +44,8 @@ pub struct ProposalApi {
     views: Views,
     fanout: Fanout,
     suppression: Arc<Suppression>,
+    /// The review a waiting submission gets in its own transaction.
+    at_submission: Option<Arc<dyn SubmitReview>>,
 }
 
 impl ProposalApi {
@@ -52,12 +54,14 @@ impl ProposalApi {
         views: Views,
         fanout: Fanout,
         suppression: Arc<Suppression>,
+        at_submission: Option<Arc<dyn SubmitReview>>,
     ) -> Self {
         ProposalApi {
             store,
             views,
             fanout,
             suppression,
+            at_submission,
         }
     }
 }
@@ -281,23 +285,36 @@ impl ProposalService for ProposalApi {
         let id = NewProposal::new_id();
         // A waiting call listens for the proposal's end from before it is
         // committed: it then learns of a decision without reading the store.
-        let waiter = wait.map(|_| self.fanout.await_end(&caller.tenant.name, &id));
-        let outcome = self
-            .store
-            .insert_proposal(NewProposal {
-                id: id.clone(),
-                tenant: caller.tenant.name.clone(),
-                spec,
-                submitted_by: caller.principal.name.clone(),
-                submitted_by_person: caller.principal.person.clone(),
-                submitted_key: Some(caller.principal.key_id.clone()),
-                // The review continues this call's trace.
-                trace_parent: trace_context::current_traceparent(),
-            })
-            .await
-            .or_status()?;
+        // One the store reviews as it stores it is answered decided, or,
+        // left to the reviewers, registers and reads once after the commit.
+        let waiter = wait
+            .filter(|_| self.at_submission.is_none())
+            .map(|_| self.fanout.await_end(&caller.tenant.name, &id));
+        let new = NewProposal {
+            id: id.clone(),
+            tenant: caller.tenant.name.clone(),
+            spec,
+            submitted_by: caller.principal.name.clone(),
+            submitted_by_person: caller.principal.person.clone(),
+            submitted_key: Some(caller.principal.key_id.clone()),
+            // The review continues this call's trace.
+            trace_parent: trace_context::current_traceparent(),
+        };
+        // A call that waits is reviewed as it is stored, where the store
+        // can: the decision is in the answer without a trip through the
+        // queue. One that does not wait is queued for the reviewers.
+        let outcome = match (&wait, &self.at_submission) {
+            (Some(_), Some(review)) => self.store.submit_reviewed(new, review.clone()).await,
+            _ => self.store.insert_proposal(new).await,
+        }
+        .or_status()?;
         let deduplicated = matches!(outcome, SubmitOutcome::Deduplicated(_));
         let proposal = outcome.proposal();
+        if !deduplicated && proposal.state.is_terminal() {
+            // Decided as it was stored: an identical retry that follows
+            // this answer at once finds the rejection cached.
+            self.suppression.remember(proposal);
+        }
         tracing::Span::current().record("proposal_id", proposal.id.as_str());
         tracing::info!(proposal = %proposal.id, deduplicated, "proposal accepted");
         // An earlier proposal (its idempotency key) is waited for as it is

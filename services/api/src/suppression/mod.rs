@@ -277,6 +277,18 @@ impl Suppression {
         self.breaker(&proposal.tenant, &proposal.spec.operator, |breaker| {
             breaker.record_rejection(decision.decided_at, millis(MAX_BREAKER_WINDOW));
         });
+        self.remember(proposal);
+    }
+
+    /// Caches a rejection's answer for identical retries (where it may be
+    /// cached), in this process and the shared tier. The published event
+    /// calls it ([`Suppression::observe`], which also counts it toward the
+    /// breaker); a Submit decided as it was stored calls it before it
+    /// answers, so a retry the moment the answer arrives is suppressed too.
+    pub fn remember(&self, proposal: &countersign_domain::Proposal) {
+        let Some(decision) = &proposal.decision else {
+            return;
+        };
         if !suppresses_retries(decision) {
             return;
         }

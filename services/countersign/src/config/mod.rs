@@ -170,6 +170,10 @@ pub struct ReviewSection {
     /// How long a worker holds a proposal before another may reclaim it.
     #[serde(with = "duration")]
     pub lease: Duration,
+    /// A `Submit` that waits for its decision is reviewed inside the
+    /// transaction that stores it, where the store can (the embedded one);
+    /// what the gates do not decide alone is queued for the workers.
+    pub at_submission: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -406,6 +410,7 @@ impl Default for ReviewSection {
             deadline: secs(60),
             attempts: 3,
             lease: secs(30),
+            at_submission: true,
         }
     }
 }

@@ -29,7 +29,12 @@ pub fn start(pool: PgPool) -> Submitter {
 
 #[tracing::instrument(name = "store.postgres.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
 async fn commit(pool: &PgPool, group: Group) {
-    let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    // Every submission is queued for the reviewers here (see
+    // `PostgresStore::submit_reviewed`).
+    let (news, replies): (Vec<NewProposal>, Vec<_>) = group
+        .into_iter()
+        .map(|(submission, reply)| (submission.new, reply))
+        .unzip();
     match together(pool, &news).await {
         Ok(results) => {
             for (result, reply) in results.into_iter().zip(replies) {

@@ -25,8 +25,8 @@ pub fn start(writer: SqliteWriter) -> Submitter {
 fn commit(conn: &mut Connection, group: Group) {
     // The group is one transaction of one INSERT a submission: a submission
     // whose statement fails fails only itself.
-    let (news, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
-    let results = proposals::insert_group(conn, news);
+    let (submissions, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    let results = proposals::insert_group(conn, submissions);
     for (result, reply) in results.into_iter().zip(replies) {
         let _ = reply.send(result);
     }

@@ -44,6 +44,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0023_lean_decision_path.sql",
     "0024_audit_filters_covered.sql",
     "0025_facts_by_end.sql",
+    "0026_decided_at_submission.sql",
 ];
 
 /// Why the schema could not be brought up to date.

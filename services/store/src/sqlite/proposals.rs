@@ -1,36 +1,55 @@
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState};
+use countersign_domain::{
+    Decision, Millis, Proposal, ProposalSpec, ProposalState,
+    gates::{OtherOperation, ReviewFacts},
+};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{SqliteStore, events};
+use super::{SqliteStore, events, review};
+use crate::facts::add_blocking;
+use crate::recording;
 use crate::rows::{NamedRows, proposal_from_row};
-use crate::{NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, now_ms};
+use crate::types::Submission;
+use crate::{
+    NewProposal, Proposals, Result, ReviewKey, StoreError, StoreEvent, SubmitOutcome, SubmitReview,
+    now_ms,
+};
 
 /// What one submission's insert answers.
 pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 
-/// Inserts one submission if its idempotency key is free, with its queue
-/// entry and SUBMITTED event by trigger; answers its id if it inserted it. A
-/// key taken by an earlier proposal (or one earlier in the same group) leaves
-/// it out. One prepared statement bound per submission: no array of the
-/// group to encode and for SQLite to parse again field by field.
+/// Inserts one submission if its idempotency key is free, with its SUBMITTED
+/// event and, PENDING, its queue entry by trigger; answers its id if it
+/// inserted it. A submission reviewed in its own transaction goes in under
+/// review (`?16`, since `?17`), with no queue entry. A key taken by an
+/// earlier proposal (or one earlier in the same group) leaves it out. One
+/// prepared statement bound per submission: no array of the group to encode
+/// and for SQLite to parse again field by field.
 const INSERT_ROW: &str = "
 INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent,
-    submitted_key, submitted_by_person)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?12, ?13, ?14, ?15)
+    submitted_key, submitted_by_person, review_started_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?16, ?11, ?12, ?12, ?13, ?14, ?15, ?17)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
 
-/// Inserts `new` as `id` at `now`: `true` if inserted, `false` if its key
-/// was taken.
+/// Inserts `new` as `id` at `now`, PENDING or (`reviewing`) under review:
+/// `true` if inserted, `false` if its key was taken.
 fn insert_row(
     conn: &Connection,
     new: &NewProposal,
     id: &str,
     now: Millis,
+    reviewing: bool,
 ) -> rusqlite::Result<bool> {
     let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
+    let state = if reviewing {
+        ProposalState::Reviewing
+    } else {
+        ProposalState::Pending
+    };
     conn.prepare_cached(INSERT_ROW)?
         .query_row(
             params![
@@ -49,6 +68,8 @@ fn insert_row(
                 new.trace_parent,
                 new.submitted_key,
                 new.submitted_by_person,
+                state.as_str(),
+                reviewing.then_some(now),
             ],
             |_| Ok(()),
         )
@@ -108,28 +129,162 @@ fn answer(
 /// statement that fails changes nothing (SQLite backs out a failed
 /// statement, not its transaction), so a bad submission fails only itself;
 /// should the transaction not commit, every submission of the group hears it.
-pub fn insert_group(conn: &mut Connection, group: Vec<NewProposal>) -> Vec<Inserted> {
+///
+/// A submission that asks for a review in its own transaction is reviewed
+/// on the facts read at the group's start, to which each submission written
+/// before it in the group is added as the database would show it then
+/// (queued, or decided): the group is decided as if one writer took its
+/// submissions one at a time. Its decision is written with it (under review,
+/// then decided: no queue entry, no PENDING state to overwrite); where the
+/// review does not conclude, it is queued PENDING like any other.
+pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Inserted> {
     let now = now_ms();
-    let not_written = |error: &rusqlite::Error| {
+    let not_written = |error: &dyn std::fmt::Display| {
         StoreError::Unavailable(format!("writing the submissions: {error}"))
     };
     let tx = match conn.transaction() {
         Ok(tx) => tx,
         Err(error) => return group.iter().map(|_| Err(not_written(&error))).collect(),
     };
-    let mut out: Vec<Inserted> = group
-        .into_iter()
-        .map(|new| {
-            let id = new.id.clone();
-            let inserted = insert_row(&tx, &new, &id, now)?;
-            answer(&tx, new, id, now, inserted)
+    let mut facts = group_facts(&tx, &group, now);
+    // What the group has written so far, as a later review's facts see it.
+    let mut written: Vec<(String, OtherOperation)> = Vec::new();
+    let mut decided: Vec<Decided> = Vec::new();
+    let mut out: Vec<Inserted> = Vec::with_capacity(group.len());
+    for (i, Submission { new, review }) in group.into_iter().enumerate() {
+        let facts = facts[i].take();
+        let id = new.id.clone();
+        let reviewed = match (&review, facts.as_ref()) {
+            (Some(review), Some(facts)) => {
+                let mut facts = facts.clone();
+                add_blocking(
+                    &mut facts,
+                    written
+                        .iter()
+                        .filter(|(tenant, _)| *tenant == new.tenant)
+                        .map(|(_, other)| other),
+                );
+                let proposal = new.clone().into_pending(id.clone(), now);
+                review.review(&proposal, &facts).and_then(|decision| {
+                    let next = recording::at_submission(&id, &decision, &facts)?;
+                    Some((decision, next))
+                })
+            }
+            _ => None,
+        };
+        let inserted = match insert_row(&tx, &new, &id, now, reviewed.is_some()) {
+            Ok(inserted) => inserted,
+            Err(error) => {
+                out.push(Err(error.into()));
+                continue;
+            }
+        };
+        if !inserted {
+            out.push(answer(&tx, new, id, now, false));
+            continue;
+        }
+        let cluster = facts
+            .as_ref()
+            .and_then(|f| f.target.as_ref())
+            .and_then(|t| t.cluster())
+            .map(str::to_owned);
+        let mut proposal = new.into_pending(id.clone(), now);
+        let other = OtherOperation {
+            id: id.clone(),
+            action: proposal.spec.action.clone(),
+            target: proposal.spec.target.clone(),
+            target_cluster: cluster,
+            blast_radius: proposal.spec.blast_radius,
+            state: ProposalState::Pending,
+            created_at: now,
+            decided_at: None,
+        };
+        match (reviewed, review) {
+            (Some((decision, next)), Some(review)) => {
+                written.push((
+                    proposal.tenant.clone(),
+                    OtherOperation {
+                        state: next,
+                        decided_at: Some(decision.decided_at),
+                        ..other
+                    },
+                ));
+                let event = events::signal(&proposal.tenant, &id, next);
+                proposal.state = next;
+                proposal.decision = Some(decision.clone());
+                decided.push(Decided {
+                    key: ReviewKey {
+                        tenant: proposal.tenant.clone(),
+                        id,
+                    },
+                    operator: proposal.spec.operator.clone(),
+                    decision,
+                    next,
+                    review,
+                });
+                out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
+            }
+            _ => {
+                written.push((proposal.tenant.clone(), other));
+                let event = events::signal(&proposal.tenant, &id, ProposalState::Pending);
+                out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
+            }
+        }
+    }
+    let writes: Vec<recording::Write<'_>> = decided
+        .iter()
+        .map(|d| recording::Write {
+            key: &d.key,
+            decision: &d.decision,
+            prev: ProposalState::Reviewing,
+            next: d.next,
+            operator: d.operator.clone(),
         })
         .collect();
-    if let Err(error) = tx.commit() {
-        out.iter_mut()
-            .for_each(|result| *result = Err(not_written(&error)));
+    // A decision that cannot be written leaves nothing of the group: its
+    // submissions are answered with the error, none is stored.
+    let committed = review::write_decisions(&tx, &writes, now)
+        .map_err(|error| error.to_string())
+        .and_then(|()| tx.commit().map_err(|error| error.to_string()));
+    if let Err(error) = committed {
+        return out.iter().map(|_| Err(not_written(&error))).collect();
+    }
+    for d in &decided {
+        d.review.recorded(&d.decision);
     }
     out
+}
+
+/// A submission decided in its group's transaction.
+struct Decided {
+    key: ReviewKey,
+    operator: String,
+    decision: Decision,
+    next: ProposalState,
+    review: Arc<dyn SubmitReview>,
+}
+
+/// The facts of each submission of a group where any of them asks for a
+/// review (every one's: a reviewed submission may overlap another of the
+/// group, whose target's cluster is among them), read before the group
+/// writes anything; `None` for each where none does, or where they cannot
+/// be read (a review then leaves its submission PENDING for the reviewers).
+fn group_facts(tx: &Connection, group: &[Submission], now: Millis) -> Vec<Option<ReviewFacts>> {
+    let none = || group.iter().map(|_| None).collect();
+    if group.iter().all(|s| s.review.is_none()) {
+        return none();
+    }
+    let proposals: Vec<Proposal> = group
+        .iter()
+        .map(|s| s.new.clone().into_pending(s.new.id.clone(), now))
+        .collect();
+    match review::facts_in(tx, &proposals) {
+        Ok(facts) => facts.into_iter().map(Result::ok).collect(),
+        Err(error) => {
+            tracing::warn!(%error, "a submission group's facts could not be read; its reviews are queued");
+            none()
+        }
+    }
 }
 
 /// The earlier proposal holding `spec`'s idempotency key (see
@@ -186,6 +341,16 @@ pub fn cancel(
     Err(crate::types::not_cancelled(id, current, key))
 }
 
+impl SqliteStore {
+    /// One submission through the group commit; its change announced.
+    async fn submit(&self, submission: Submission) -> Result<SubmitOutcome> {
+        let (outcome, event) = self.submitter.submit(submission).await?;
+        self.publish(event);
+        tracing::Span::current().record("proposal_id", outcome.proposal().id.as_str());
+        Ok(outcome)
+    }
+}
+
 #[async_trait]
 impl Proposals for SqliteStore {
     #[tracing::instrument(
@@ -195,10 +360,25 @@ impl Proposals for SqliteStore {
         fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
     )]
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        let (outcome, event) = self.submitter.submit(new).await?;
-        self.publish(event);
-        tracing::Span::current().record("proposal_id", outcome.proposal().id.as_str());
-        Ok(outcome)
+        self.submit(Submission { new, review: None }).await
+    }
+
+    #[tracing::instrument(
+        name = "store.sqlite.submit_reviewed",
+        level = "debug",
+        skip_all,
+        fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
+    )]
+    async fn submit_reviewed(
+        &self,
+        new: NewProposal,
+        review: Arc<dyn SubmitReview>,
+    ) -> Result<SubmitOutcome> {
+        self.submit(Submission {
+            new,
+            review: Some(review),
+        })
+        .await
     }
 
     async fn find_idempotent(&self, tenant: &str, spec: &ProposalSpec) -> Result<Option<Proposal>> {
@@ -236,5 +416,143 @@ impl Proposals for SqliteStore {
             .await?;
         self.publish(Some(event));
         Ok(proposal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use countersign_domain::{
+        BlastRadius, Decision, OperationClass, Proposal, ProposalSpec, ProposalState,
+        gates::ReviewFacts,
+        review::{self, ReviewStamp},
+    };
+
+    use crate::sqlite::tests::migrated;
+    use crate::types::Submission;
+    use crate::{NewProposal, Proposals, SubmitOutcome, SubmitReview, Tenants};
+
+    /// Rejects each submission, naming how many other operations block it;
+    /// leaves the one with id `queued` to the reviewers.
+    struct Counting {
+        queued: String,
+        recorded: Mutex<usize>,
+    }
+
+    impl SubmitReview for Counting {
+        fn review(&self, proposal: &Proposal, facts: &ReviewFacts) -> Option<Decision> {
+            if proposal.id == self.queued {
+                return None;
+            }
+            let stamp = ReviewStamp {
+                reviewer: "t/submit".into(),
+                decided_at: countersign_domain::now_ms(),
+                latency_ms: 0,
+            };
+            Some(review::failed(
+                &format!("others {}", facts.others.len()),
+                stamp,
+            ))
+        }
+
+        fn recorded(&self, _: &Decision) {
+            *self.recorded.lock().unwrap() += 1;
+        }
+    }
+
+    fn new(target: &str) -> NewProposal {
+        NewProposal {
+            id: NewProposal::new_id(),
+            tenant: "a".into(),
+            spec: ProposalSpec {
+                action: "restart".into(),
+                class: OperationClass::Write,
+                target: target.into(),
+                parameters: Default::default(),
+                reason: String::new(),
+                blast_radius: BlastRadius::SingleDevice,
+                operator: "ops".into(),
+                context_summary: String::new(),
+                incident_id: String::new(),
+                labels: Default::default(),
+                rollback_plan: String::new(),
+                force_approve_no_sop: false,
+                idempotency_key: String::new(),
+            },
+            submitted_by: "ci".into(),
+            submitted_by_person: None,
+            submitted_key: None,
+            trace_parent: None,
+        }
+    }
+
+    /// One group: a submission the review leaves queued, then three
+    /// reviewed ones on its target. Each reviewed one sees every earlier
+    /// one of the group that still blocks it (the queued one is PENDING;
+    /// the rejected ones block nothing), and is stored decided with no
+    /// queue entry; the queued one is PENDING with its entry.
+    #[tokio::test]
+    async fn a_group_is_reviewed_in_order_each_seeing_what_was_written_before_it() {
+        let (store, _dir) = migrated().await;
+        store.create_tenant("a").await.unwrap();
+        let mut queued = new("node-q");
+        // The queued one is older (ids order proposals made in one instant).
+        queued.id = "0".repeat(26);
+        let review = Arc::new(Counting {
+            queued: queued.id.clone(),
+            recorded: Mutex::new(0),
+        });
+        let group: Vec<Submission> = std::iter::once(queued)
+            .chain((0..3).map(|_| new("node-q")))
+            .map(|new| Submission {
+                new,
+                review: Some(review.clone() as Arc<dyn SubmitReview>),
+            })
+            .collect();
+        let ids: Vec<String> = group.iter().map(|s| s.new.id.clone()).collect();
+        let answers = store
+            .on_writer(move |conn| super::insert_group(conn, group))
+            .await;
+        let states: Vec<(ProposalState, Option<String>)> = answers
+            .into_iter()
+            .map(|answer| match answer.unwrap().0 {
+                SubmitOutcome::Created(p) => (p.state, p.decision.map(|d| d.reason)),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let others = Some("review failed: others 1".to_owned());
+        assert_eq!(
+            states,
+            [
+                (ProposalState::Pending, None),
+                (ProposalState::Rejected, others.clone()),
+                (ProposalState::Rejected, others.clone()),
+                (ProposalState::Rejected, others),
+            ]
+        );
+        assert_eq!(*review.recorded.lock().unwrap(), 3);
+        for (i, id) in ids.iter().enumerate() {
+            let stored = store.get_proposal("a", id).await.unwrap().unwrap();
+            let want = if i == 0 {
+                ProposalState::Pending
+            } else {
+                ProposalState::Rejected
+            };
+            assert_eq!(stored.state, want);
+        }
+        let entries: Vec<String> = store
+            .on_writer(|conn| {
+                conn.prepare("SELECT proposal_id FROM queue_entries")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            entries,
+            [ids[0].clone()],
+            "only the queued one has an entry"
+        );
     }
 }

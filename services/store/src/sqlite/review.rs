@@ -204,6 +204,15 @@ pub fn facts_many(
     proposals: &[Proposal],
 ) -> Result<Vec<Result<ReviewFacts>>> {
     let tx = conn.transaction()?;
+    facts_in(&tx, proposals)
+}
+
+/// [`facts_many`] in the caller's transaction: what it has written so far
+/// is part of the facts.
+pub(super) fn facts_in(
+    tx: &Connection,
+    proposals: &[Proposal],
+) -> Result<Vec<Result<ReviewFacts>>> {
     let mut batch = facts::Batch::new(proposals);
     for (tenant, indices) in facts::by_tenant(proposals, |p| p.tenant.as_str()) {
         let policy = tx
@@ -262,7 +271,7 @@ pub fn facts_many(
             continue;
         };
         let rows = candidates(
-            &tx,
+            tx,
             &tenant,
             targets,
             gathered.window_start,
@@ -271,7 +280,6 @@ pub fn facts_many(
         )?;
         batch.attach_others(gathered, &rows);
     }
-    drop(tx);
     Ok(batch.finish())
 }
 

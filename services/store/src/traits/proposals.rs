@@ -1,13 +1,25 @@
 use async_trait::async_trait;
 use countersign_domain::{Proposal, ProposalSpec};
 
-use crate::{NewProposal, Result, SubmitOutcome};
+use std::sync::Arc;
+
+use crate::{NewProposal, Result, SubmitOutcome, SubmitReview};
 
 /// Proposals as their submitters see them: submit, look up, cancel.
 #[async_trait]
 pub trait Proposals: Send + Sync + 'static {
     /// Stores a PENDING proposal, honouring its idempotency key.
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome>;
+    /// Stores the proposal and runs `review` on it in the same transaction:
+    /// decided there (the answer's proposal is terminal, with its
+    /// decision), or, where `review` does not conclude, PENDING as
+    /// [`Proposals::insert_proposal`] stores it. The idempotency key is
+    /// honoured the same way.
+    async fn submit_reviewed(
+        &self,
+        new: NewProposal,
+        review: Arc<dyn SubmitReview>,
+    ) -> Result<SubmitOutcome>;
     /// The earlier proposal that holds `spec`'s idempotency key, if it has the
     /// same spec (what [`Proposals::insert_proposal`] would answer,
     /// deduplicated); `AlreadyExists` if another spec holds it; `None` for a
