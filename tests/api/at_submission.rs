@@ -149,6 +149,13 @@ async fn an_identical_retry_the_moment_a_rejection_is_answered_is_suppressed() {
 #[tokio::test]
 async fn overlapping_waiting_submits_in_one_commit_approve_exactly_one() {
     let (app, key) = embedded().await;
+    // Fifteen rejections of one operator would open its breaker mid-burst.
+    let tenant = app.store.get_tenant(TENANT).await.unwrap().unwrap();
+    let policy = countersign_store::TenantPolicy {
+        breaker_threshold: 0,
+        ..tenant.policy
+    };
+    app.store.set_tenant_policy(TENANT, policy).await.unwrap();
     for target in ["node-01", "node-02", "node-03"] {
         let calls = (0..16).map(|_| {
             let (app, key) = (&app, &key);

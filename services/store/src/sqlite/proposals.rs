@@ -152,11 +152,15 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
     let mut decided: Vec<Decided> = Vec::new();
     let mut out: Vec<Inserted> = Vec::with_capacity(group.len());
     for (i, Submission { new, review }) in group.into_iter().enumerate() {
-        let facts = facts[i].take();
+        let (facts, proposal) = facts[i].take().unzip();
         let id = new.id.clone();
-        let reviewed = match (&review, facts.as_ref()) {
-            (Some(review), Some(facts)) => {
-                let mut facts = facts.clone();
+        let cluster = facts
+            .as_ref()
+            .and_then(|f| f.target.as_ref())
+            .and_then(|t| t.cluster())
+            .map(str::to_owned);
+        let reviewed = match (&review, facts, proposal) {
+            (Some(review), Some(mut facts), Some(proposal)) => {
                 add_blocking(
                     &mut facts,
                     written
@@ -164,7 +168,6 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
                         .filter(|(tenant, _)| *tenant == new.tenant)
                         .map(|(_, other)| other),
                 );
-                let proposal = new.clone().into_pending(id.clone(), now);
                 review.review(&proposal, &facts).and_then(|decision| {
                     let next = recording::at_submission(&id, &decision, &facts)?;
                     Some((decision, next))
@@ -183,11 +186,6 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
             out.push(answer(&tx, new, id, now, false));
             continue;
         }
-        let cluster = facts
-            .as_ref()
-            .and_then(|f| f.target.as_ref())
-            .and_then(|t| t.cluster())
-            .map(str::to_owned);
         let mut proposal = new.into_pending(id.clone(), now);
         let other = OtherOperation {
             id: id.clone(),
@@ -267,9 +265,14 @@ struct Decided {
 /// The facts of each submission of a group where any of them asks for a
 /// review (every one's: a reviewed submission may overlap another of the
 /// group, whose target's cluster is among them), read before the group
-/// writes anything; `None` for each where none does, or where they cannot
-/// be read (a review then leaves its submission PENDING for the reviewers).
-fn group_facts(tx: &Connection, group: &[Submission], now: Millis) -> Vec<Option<ReviewFacts>> {
+/// writes anything, each with the proposal it would be; `None` for each
+/// where none does, or where they cannot be read (a review then leaves its
+/// submission PENDING for the reviewers).
+fn group_facts(
+    tx: &Connection,
+    group: &[Submission],
+    now: Millis,
+) -> Vec<Option<(ReviewFacts, Proposal)>> {
     let none = || group.iter().map(|_| None).collect();
     if group.iter().all(|s| s.review.is_none()) {
         return none();
@@ -279,7 +282,11 @@ fn group_facts(tx: &Connection, group: &[Submission], now: Millis) -> Vec<Option
         .map(|s| s.new.clone().into_pending(s.new.id.clone(), now))
         .collect();
     match review::facts_in(tx, &proposals) {
-        Ok(facts) => facts.into_iter().map(Result::ok).collect(),
+        Ok(facts) => facts
+            .into_iter()
+            .zip(proposals)
+            .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
+            .collect(),
         Err(error) => {
             tracing::warn!(%error, "a submission group's facts could not be read; its reviews are queued");
             none()
