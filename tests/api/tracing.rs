@@ -150,10 +150,11 @@ fn finished_about(name: &str, id: &str) -> Vec<SpanData> {
         .collect()
 }
 
-/// A Submit that waits listens for its proposal's end from before the insert
-/// commits: the decision reaches it from the fan-out, and the proposal is
-/// never read back from the store for it. An AwaitDecision for the same
-/// proposal afterwards does read it (so the spans this looks for are seen).
+/// A Submit that waits learns its decision without reading the proposal back
+/// from the store: decided in the transaction that stores it (embedded), or
+/// from the fan-out, which it listens to from before the insert commits. An
+/// AwaitDecision for the same proposal afterwards does read it (so the spans
+/// this looks for are seen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_submit_learns_its_decision_without_reading_the_proposal_back() {
     exporter();
