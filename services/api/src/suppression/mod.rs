@@ -468,3 +468,61 @@ impl crate::fanout::Observer for Suppression {
 fn cache_key(tenant: &str, spec: &ProposalSpec) -> String {
     fingerprint(tenant, spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use countersign_domain::{Decision, DecisionOutcome, ProposalState, TenantPolicy, now_ms};
+    use countersign_test_support::fixtures;
+
+    use super::*;
+
+    /// Proposal `id` of tenant `a`, decided by `decision`.
+    fn decided(id: &str, decision: Decision) -> countersign_domain::Proposal {
+        let now = now_ms();
+        countersign_domain::Proposal {
+            id: id.into(),
+            tenant: "a".into(),
+            spec: fixtures::spec(),
+            state: decision.outcome.state(),
+            submitted_by: "bot".into(),
+            submitted_by_person: None,
+            created_at: now,
+            updated_at: now,
+            decision: Some(decision),
+            suppressed_retries: 0,
+            cancel_reason: None,
+        }
+    }
+
+    fn answers(suppression: &Suppression) -> Option<String> {
+        let policy = TenantPolicy::default();
+        match suppression.check("a", &policy, &fixtures::spec(), now_ms()) {
+            Some(Refusal::Suppressed(entry)) => Some(entry.proposal.id.clone()),
+            Some(Refusal::BreakerOpen { .. }) => panic!("no breaker was fed"),
+            None => None,
+        }
+    }
+
+    /// What a Submit decided as it was stored remembers before it answers:
+    /// a rejection that may be cached answers the identical retry at once;
+    /// an approval, or a rejection only for a parallel operation, does not.
+    #[test]
+    fn a_remembered_rejection_answers_the_identical_retry_and_nothing_else_is_remembered() {
+        let spec = fixtures::spec();
+        let mut approved = fixtures::rejection(&spec, countersign_domain::gates::SOP);
+        approved.outcome = DecisionOutcome::Approve;
+        let cases = [
+            (fixtures::rejection(&spec, "target_state"), Some("p-1")),
+            (approved, None),
+            (fixtures::rejection(&spec, "no_parallel_operation"), None),
+        ];
+        for (decision, answered) in cases {
+            let suppression = Suppression::new(SuppressionConfig::default());
+            let proposal = decided("p-1", decision);
+            assert_ne!(proposal.state, ProposalState::Pending);
+            assert_eq!(answers(&suppression), None);
+            suppression.remember(&proposal);
+            assert_eq!(answers(&suppression).as_deref(), answered, "{proposal:?}");
+        }
+    }
+}
