@@ -135,7 +135,7 @@ async fn run_lane(mut rx: mpsc::Receiver<Job>, commit: Commit) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -145,14 +145,15 @@ mod tests {
 
     use super::*;
 
-    fn new(tenant: &str) -> Submission {
-        let new = NewProposal {
+    /// A submission of `tenant` on `target` (an operator's restart).
+    pub(crate) fn new_proposal(tenant: &str, target: &str) -> NewProposal {
+        NewProposal {
             id: NewProposal::new_id(),
             tenant: tenant.into(),
             spec: ProposalSpec {
                 action: "restart".into(),
                 class: OperationClass::Write,
-                target: "node-01".into(),
+                target: target.into(),
                 parameters: Default::default(),
                 reason: String::new(),
                 blast_radius: BlastRadius::SingleDevice,
@@ -168,8 +169,14 @@ mod tests {
             submitted_by_person: None,
             submitted_key: None,
             trace_parent: None,
-        };
-        Submission { new, review: None }
+        }
+    }
+
+    fn new(tenant: &str) -> Submission {
+        Submission {
+            new: new_proposal(tenant, "node-01"),
+            review: None,
+        }
     }
 
     /// Answers each submission with an error that names the tenants of its

@@ -431,7 +431,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use countersign_domain::{
-        BlastRadius, Decision, OperationClass, Proposal, ProposalSpec, ProposalState,
+        Decision, Proposal, ProposalState,
         gates::ReviewFacts,
         review::{self, ReviewStamp},
     };
@@ -469,29 +469,7 @@ mod tests {
     }
 
     fn new(target: &str) -> NewProposal {
-        NewProposal {
-            id: NewProposal::new_id(),
-            tenant: "a".into(),
-            spec: ProposalSpec {
-                action: "restart".into(),
-                class: OperationClass::Write,
-                target: target.into(),
-                parameters: Default::default(),
-                reason: String::new(),
-                blast_radius: BlastRadius::SingleDevice,
-                operator: "ops".into(),
-                context_summary: String::new(),
-                incident_id: String::new(),
-                labels: Default::default(),
-                rollback_plan: String::new(),
-                force_approve_no_sop: false,
-                idempotency_key: String::new(),
-            },
-            submitted_by: "ci".into(),
-            submitted_by_person: None,
-            submitted_key: None,
-            trace_parent: None,
-        }
+        crate::group_commit::tests::new_proposal("a", target)
     }
 
     /// One group: a submission the review leaves queued, then three
