@@ -1,7 +1,10 @@
 //! Group commit for submissions, for both backends: callers hand their
 //! proposal to a committer task and wait for its answer; the committer takes
 //! every submission waiting at that moment (up to `MAX_GROUP`) and commits
-//! them in one transaction, then answers each. OK still means committed. Each
+//! them in one transaction, then answers each; a committer that can go on
+//! from one commit to the next (the embedded writer's thread) takes what
+//! waited meanwhile itself ([`Waiting`]), so the writer does not wait for
+//! the lane's task to be scheduled between groups. OK still means committed. Each
 //! backend supplies how a group is committed (`sqlite::group_commit`,
 //! `postgres::group_commit`) and how submissions are split into committers
 //! ([`Lanes`]).
@@ -30,7 +33,7 @@ pub(crate) type Group = Vec<(Submission, Reply)>;
 /// slots (allocated in blocks, and kept while the lane is) are a pointer
 /// and a reply each, whatever a proposal's size.
 type Job = (Box<Submission>, Reply);
-type Commit = Arc<dyn Fn(Group) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+type Commit = Arc<dyn Fn(Group, Waiting) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Which submissions share a committer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +84,10 @@ impl Submitter {
     /// its group.
     pub(crate) fn start<F, Fut>(lanes: Lanes, commit: F) -> Submitter
     where
-        F: Fn(Group) -> Fut + Send + Sync + 'static,
+        F: Fn(Group, Waiting) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let commit: Commit = Arc::new(move |group| Box::pin(commit(group)));
+        let commit: Commit = Arc::new(move |group, waiting| Box::pin(commit(group, waiting)));
         Submitter {
             inner: Arc::new(Inner {
                 lanes,
@@ -115,22 +118,49 @@ impl Inner {
         }
         let (jobs, rx) = mpsc::channel::<Job>(4 * MAX_GROUP);
         open.insert(key.to_owned(), jobs.clone());
-        tokio::spawn(run_lane(rx, self.commit.clone()));
+        tokio::spawn(run_lane(
+            Waiting(Arc::new(tokio::sync::Mutex::new(rx))),
+            self.commit.clone(),
+        ));
         jobs
     }
 }
 
-/// Commits groups until every sender is gone (the store dropped).
-async fn run_lane(mut rx: mpsc::Receiver<Job>, commit: Commit) {
-    while let Some((submission, reply)) = rx.recv().await {
-        let mut group = vec![(*submission, reply)];
-        while group.len() < MAX_GROUP {
+/// The submissions waiting in a lane's queue, for its committer to take
+/// from any thread: one that can go on from a commit to the next group (the
+/// embedded writer) takes them itself, and does not wait for the lane's task
+/// to be scheduled in between.
+#[derive(Clone)]
+pub(crate) struct Waiting(Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>);
+
+impl Waiting {
+    /// Up to `most` of the submissions waiting now (none while the lane's
+    /// task holds the queue).
+    pub(crate) fn take(&self, most: usize) -> Group {
+        let mut group = Vec::new();
+        let Ok(mut rx) = self.0.try_lock() else {
+            return group;
+        };
+        while group.len() < most {
             match rx.try_recv() {
                 Ok((submission, reply)) => group.push((*submission, reply)),
                 Err(_) => break,
             }
         }
-        commit(group).await;
+        group
+    }
+}
+
+/// Commits groups until every sender is gone (the store dropped).
+async fn run_lane(waiting: Waiting, commit: Commit) {
+    loop {
+        let first = waiting.0.lock().await.recv().await;
+        let Some((submission, reply)) = first else {
+            return;
+        };
+        let mut group = vec![(*submission, reply)];
+        group.extend(waiting.take(MAX_GROUP - 1));
+        commit(group, waiting.clone()).await;
     }
 }
 
@@ -202,7 +232,7 @@ pub(crate) mod tests {
     async fn a_tenant_is_answered_while_another_tenants_group_is_still_committing() {
         let release = Arc::new(Notify::new());
         let held = release.clone();
-        let submitter = Submitter::start(Lanes::PerTenant, move |group: Group| {
+        let submitter = Submitter::start(Lanes::PerTenant, move |group: Group, _| {
             let held = held.clone();
             async move {
                 if group[0].0.new.tenant == "flood" {
@@ -233,7 +263,7 @@ pub(crate) mod tests {
         let held = release.clone();
         let first = Arc::new(AtomicUsize::new(0));
         let seen = first.clone();
-        let submitter = Submitter::start(Lanes::One, move |group: Group| {
+        let submitter = Submitter::start(Lanes::One, move |group: Group, _| {
             let held = held.clone();
             let seen = seen.clone();
             async move {
@@ -262,5 +292,54 @@ pub(crate) mod tests {
             .map(|a| committed(a.unwrap()))
             .collect();
         assert_eq!(answers, ["a", "b,c", "b,c"]);
+    }
+
+    /// A committer that goes on from its group takes what waited meanwhile
+    /// itself: the lane's task hands it the first group only, and the
+    /// submissions queued during that commit are the committer's next group.
+    #[tokio::test]
+    async fn a_committer_takes_what_waited_during_its_commit_without_the_lanes_task() {
+        let release = Arc::new(Notify::new());
+        let held = release.clone();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let submitter = Submitter::start(Lanes::One, move |group: Group, waiting: Waiting| {
+            let (held, counted) = (held.clone(), counted.clone());
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.notified().await;
+                answer(group);
+                let next = waiting.take(MAX_GROUP);
+                assert!(!next.is_empty(), "what waited is there to take");
+                answer(next);
+            }
+        });
+        let first = tokio::spawn({
+            let submitter = submitter.clone();
+            async move { submitter.submit(new("a")).await }
+        });
+        while calls.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let later: Vec<_> = ["b", "c"]
+            .map(|tenant| {
+                let submitter = submitter.clone();
+                tokio::spawn(async move { submitter.submit(new(tenant)).await })
+            })
+            .into_iter()
+            .collect();
+        while submitter.inner.open.lock().unwrap()[""].capacity() > 4 * MAX_GROUP - 2 {
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        assert_eq!(committed(first.await.unwrap()), "a");
+        for call in later {
+            assert_eq!(committed(call.await.unwrap()), "b,c");
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one hand-off from the lane"
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::{NewProposal, Result, StoreError};
 
 /// Starts the committer on the pool.
 pub fn start(pool: PgPool) -> Submitter {
-    Submitter::start(Lanes::PerTenant, move |group| {
+    Submitter::start(Lanes::PerTenant, move |group, _| {
         let pool = pool.clone();
         async move { commit(&pool, group).await }
     })

@@ -7,16 +7,25 @@
 use rusqlite::Connection;
 
 use super::{SqliteWriter, proposals};
-use crate::group_commit::{Group, Lanes, Submitter};
+use crate::group_commit::{Group, Lanes, MAX_GROUP, Submitter, Waiting};
 
 /// Starts the committer; each group commits on the write thread.
 pub fn start(writer: SqliteWriter) -> Submitter {
-    Submitter::start(Lanes::One, move |group| {
+    Submitter::start(Lanes::One, move |group, waiting: Waiting| {
         let writer = writer.clone();
         async move {
             // A group lost with the thread has no one to answer: its callers
             // hear that their submission was dropped, and nothing was written.
-            let _ = writer.run(move |conn| commit(conn, group)).await;
+            // The writer goes on to what waited meanwhile, group by group.
+            let _ = writer
+                .run(move |conn| {
+                    let mut group = group;
+                    while !group.is_empty() {
+                        commit(conn, group);
+                        group = waiting.take(MAX_GROUP);
+                    }
+                })
+                .await;
         }
     })
 }
