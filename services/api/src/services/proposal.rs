@@ -284,12 +284,9 @@ impl ProposalService for ProposalApi {
         }
         let id = NewProposal::new_id();
         // A waiting call listens for the proposal's end from before it is
-        // committed: it then learns of a decision without reading the store.
-        // One the store reviews as it stores it is answered decided, or,
-        // left to the reviewers, registers and reads once after the commit.
-        let waiter = wait
-            .filter(|_| self.at_submission.is_none())
-            .map(|_| self.fanout.await_end(&caller.tenant.name, &id));
+        // committed: it then learns of a decision without reading the store
+        // (one the store decides as it stores it needs no listening).
+        let waiter = wait.map(|_| self.fanout.await_end(&caller.tenant.name, &id));
         let new = NewProposal {
             id: id.clone(),
             tenant: caller.tenant.name.clone(),

@@ -297,6 +297,15 @@ impl Suppression {
             return; // reviewed against facts that have changed since
         }
         let key = cache_key(&proposal.tenant, &proposal.spec);
+        // Already here: a Submit decided as it was stored remembered it, and
+        // this is its event.
+        if self
+            .tier
+            .get(&key)
+            .is_some_and(|cached| cached.proposal.id == proposal.id)
+        {
+            return;
+        }
         let entry = Entry::new(
             proposal,
             key.clone(),

@@ -187,47 +187,39 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
             continue;
         }
         let mut proposal = new.into_pending(id.clone(), now);
-        let other = OtherOperation {
-            id: id.clone(),
-            action: proposal.spec.action.clone(),
-            target: proposal.spec.target.clone(),
-            target_cluster: cluster,
-            blast_radius: proposal.spec.blast_radius,
-            state: ProposalState::Pending,
-            created_at: now,
-            decided_at: None,
+        let (state, decided_at) = match &reviewed {
+            Some((decision, next)) => (*next, Some(decision.decided_at)),
+            None => (ProposalState::Pending, None),
         };
-        match (reviewed, review) {
-            (Some((decision, next)), Some(review)) => {
-                written.push((
-                    proposal.tenant.clone(),
-                    OtherOperation {
-                        state: next,
-                        decided_at: Some(decision.decided_at),
-                        ..other
-                    },
-                ));
-                let event = events::signal(&proposal.tenant, &id, next);
-                proposal.state = next;
-                proposal.decision = Some(decision.clone());
-                decided.push(Decided {
-                    key: ReviewKey {
-                        tenant: proposal.tenant.clone(),
-                        id,
-                    },
-                    operator: proposal.spec.operator.clone(),
-                    decision,
-                    next,
-                    review,
-                });
-                out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
-            }
-            _ => {
-                written.push((proposal.tenant.clone(), other));
-                let event = events::signal(&proposal.tenant, &id, ProposalState::Pending);
-                out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
-            }
+        written.push((
+            proposal.tenant.clone(),
+            OtherOperation {
+                id: id.clone(),
+                action: proposal.spec.action.clone(),
+                target: proposal.spec.target.clone(),
+                target_cluster: cluster,
+                blast_radius: proposal.spec.blast_radius,
+                state,
+                created_at: now,
+                decided_at,
+            },
+        ));
+        let event = events::signal(&proposal.tenant, &id, state);
+        if let (Some((decision, next)), Some(review)) = (reviewed, review) {
+            proposal.state = next;
+            proposal.decision = Some(decision.clone());
+            decided.push(Decided {
+                key: ReviewKey {
+                    tenant: proposal.tenant.clone(),
+                    id,
+                },
+                operator: proposal.spec.operator.clone(),
+                decision,
+                next,
+                review,
+            });
         }
+        out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
     }
     let writes: Vec<recording::Write<'_>> = decided
         .iter()
