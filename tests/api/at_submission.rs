@@ -1,8 +1,8 @@
 //! A `Submit` that waits is reviewed inside the transaction that stores it
-//! (`Proposals::submit_reviewed`, `countersign_reviewer::AtSubmission`) on
-//! the embedded store: decided in one commit, with no queue entry and no
+//! (`Proposals::submit_reviewed`, `countersign_reviewer::AtSubmission`), on
+//! both backends: decided in one commit, with no queue entry and no
 //! REVIEWING state; what the gates do not decide alone is queued for the
-//! workers. PostgreSQL queues every submission.
+//! workers. Replicas of the API on one PostgreSQL: `replicas.rs`.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use countersign_proto::v1::{self, DecisionOutcome, ProposalState, SubmitRequest,
 use countersign_test_support::{app::test_config, fixtures::wire_spec_on};
 use tonic::Code;
 
-use crate::escalation_support::{Backend, Scene, TENANT, route};
+use crate::escalation_support::{Backend, Env, Scene, TENANT, on_both_backends, route};
 use crate::helpers::{TestApp, test_reviewers};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -45,25 +45,27 @@ fn reviewer(p: &v1::Proposal) -> String {
     p.decision.as_ref().expect("a decision").reviewer.clone()
 }
 
-/// Embedded, reviewed by one worker (whose name is `test`).
-async fn embedded() -> (TestApp, String) {
-    let app = TestApp::start(
-        crate::helpers::Options {
-            reviewers: Some(test_reviewers(1)),
-            dir: None,
-        },
-        |_| {},
-    )
-    .await;
-    app.seed_reference(TENANT).await;
-    let key = app.key(TENANT, Role::Coordinator).await;
-    (app, key)
+on_both_backends!(
+    a_waiting_submit_is_decided_in_the_transaction_that_stores_it,
+    an_identical_retry_the_moment_a_rejection_is_answered_is_suppressed,
+    overlapping_waiting_submits_in_one_commit_approve_exactly_one,
+    what_a_route_sends_to_people_is_queued_for_the_workers,
+    rejections_at_submission_trip_the_operators_breaker,
+);
+
+/// The application on `backend`, reviewed by one worker (whose name is
+/// `test`), and a coordinator's key.
+async fn started(backend: Backend) -> (Env, String) {
+    let env = backend.start().await;
+    env.app.seed_reference(TENANT).await;
+    let key = env.app.key(TENANT, Role::Coordinator).await;
+    (env, key)
 }
 
-#[tokio::test]
-async fn a_waiting_submit_is_decided_in_the_transaction_that_stores_it() {
-    let (app, key) = embedded().await;
-    let approved = decided(&app, &key, wire_spec_on("node-01")).await;
+async fn a_waiting_submit_is_decided_in_the_transaction_that_stores_it(backend: Backend) {
+    let (env, key) = started(backend).await;
+    let app = &env.app;
+    let approved = decided(app, &key, wire_spec_on("node-01")).await;
     assert_eq!(
         approved.state,
         ProposalState::Approved as i32,
@@ -79,11 +81,7 @@ async fn a_waiting_submit_is_decided_in_the_transaction_that_stores_it() {
     // entry was written, none was leased, no REVIEWING state.
     let events = app.proposal_events(TENANT, &approved.id).await;
     assert_eq!(kinds(&events), [EventKind::Submitted, EventKind::Approved]);
-    assert_eq!(
-        app.queue().depth().await.unwrap(),
-        0,
-        "nothing queued for the workers"
-    );
+    assert_eq!(env.queued().await, 0, "nothing queued for the workers");
     // What the answer says is what is stored.
     let stored = app.get(&key, &approved.id).await.unwrap();
     assert_eq!(stored.state, approved.state);
@@ -103,7 +101,7 @@ async fn a_waiting_submit_is_decided_in_the_transaction_that_stores_it() {
         )
     );
 
-    let rejected = decided(&app, &key, wire_spec_on("node-unknown")).await;
+    let rejected = decided(app, &key, wire_spec_on("node-unknown")).await;
     assert_eq!(rejected.state, ProposalState::Rejected as i32);
     assert_eq!(reviewer(&rejected), "test/submit");
     let d = rejected.decision.unwrap();
@@ -131,12 +129,12 @@ async fn a_waiting_submit_is_decided_in_the_transaction_that_stores_it() {
 
 /// The rejection is cached before it is answered: an identical retry the
 /// moment the answer arrives is suppressed, not reviewed again.
-#[tokio::test]
-async fn an_identical_retry_the_moment_a_rejection_is_answered_is_suppressed() {
-    let (app, key) = embedded().await;
-    let first = decided(&app, &key, wire_spec_on("node-unknown")).await;
+async fn an_identical_retry_the_moment_a_rejection_is_answered_is_suppressed(backend: Backend) {
+    let (env, key) = started(backend).await;
+    let app = &env.app;
+    let first = decided(app, &key, wire_spec_on("node-unknown")).await;
     assert_eq!(first.state, ProposalState::Rejected as i32);
-    let again = submit_waiting(&app, &key, wire_spec_on("node-unknown"))
+    let again = submit_waiting(app, &key, wire_spec_on("node-unknown"))
         .await
         .unwrap();
     assert!(again.suppressed, "{again:?}");
@@ -146,9 +144,9 @@ async fn an_identical_retry_the_moment_a_rejection_is_answered_is_suppressed() {
 /// Many waiting submissions on one target at once (they share commits):
 /// exactly one is approved, every other is told to wait for an earlier
 /// one, as one writer taking them one at a time would decide.
-#[tokio::test]
-async fn overlapping_waiting_submits_in_one_commit_approve_exactly_one() {
-    let (app, key) = embedded().await;
+async fn overlapping_waiting_submits_in_one_commit_approve_exactly_one(backend: Backend) {
+    let (env, key) = started(backend).await;
+    let app = &env.app;
     // Fifteen rejections of one operator would open its breaker mid-burst.
     let tenant = app.store.get_tenant(TENANT).await.unwrap().unwrap();
     let policy = countersign_store::TenantPolicy {
@@ -158,7 +156,7 @@ async fn overlapping_waiting_submits_in_one_commit_approve_exactly_one() {
     app.store.set_tenant_policy(TENANT, policy).await.unwrap();
     for target in ["node-01", "node-02", "node-03"] {
         let calls = (0..16).map(|_| {
-            let (app, key) = (&app, &key);
+            let (app, key) = (app, &key);
             async move { decided(app, key, wire_spec_on(target)).await }
         });
         let answers = futures::future::join_all(calls).await;
@@ -183,9 +181,8 @@ async fn overlapping_waiting_submits_in_one_commit_approve_exactly_one() {
 
 /// A route that sends the proposal to people: the submission is queued,
 /// the workers escalate it, and the waiting call answers with it ESCALATED.
-#[tokio::test]
-async fn what_a_route_sends_to_people_is_queued_for_the_workers() {
-    let scene = Scene::new(Backend::Sqlite, route("people", 1)).await;
+async fn what_a_route_sends_to_people_is_queued_for_the_workers(backend: Backend) {
+    let scene = Scene::new(backend, route("people", 1)).await;
     scene.target("node-a").await;
     let answer = submit_waiting(scene.app(), &scene.sam, wire_spec_on("node-a"))
         .await
@@ -209,17 +206,17 @@ async fn what_a_route_sends_to_people_is_queued_for_the_workers() {
 
 /// Rejections decided at submission count toward the operator's breaker,
 /// which then refuses the next submission.
-#[tokio::test]
-async fn rejections_at_submission_trip_the_operators_breaker() {
+async fn rejections_at_submission_trip_the_operators_breaker(backend: Backend) {
     // The default threshold: three rejections in the window.
-    let (app, key) = embedded().await;
+    let (env, key) = started(backend).await;
+    let app = &env.app;
     for n in 0..3 {
-        let rejected = decided(&app, &key, wire_spec_on(&format!("node-9{n}"))).await;
+        let rejected = decided(app, &key, wire_spec_on(&format!("node-9{n}"))).await;
         assert_eq!(rejected.state, ProposalState::Rejected as i32);
         assert_eq!(reviewer(&rejected), "test/submit");
     }
     let refused = loop {
-        match submit_waiting(&app, &key, wire_spec_on("node-02")).await {
+        match submit_waiting(app, &key, wire_spec_on("node-02")).await {
             Err(status) => break status,
             // The fan-out has not shown the trip to the API yet.
             Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -247,26 +244,4 @@ async fn with_review_at_submission_off_the_workers_review_a_waiting_submit() {
     let approved = decided(&app, &key, wire_spec_on("node-01")).await;
     assert_eq!(approved.state, ProposalState::Approved as i32);
     assert_eq!(reviewer(&approved), "test/0");
-}
-
-/// PostgreSQL queues a waiting submission for the workers too: its replicas
-/// commit a tenant's submissions side by side.
-#[tokio::test]
-async fn on_postgresql_the_workers_review_a_waiting_submit() {
-    let env = Backend::Postgres.start().await;
-    let app = &env.app;
-    app.seed_reference(TENANT).await;
-    let key = app.key(TENANT, Role::Coordinator).await;
-    let approved = decided(app, &key, wire_spec_on("node-01")).await;
-    assert_eq!(approved.state, ProposalState::Approved as i32);
-    assert_eq!(reviewer(&approved), "test/0");
-    let events = app.proposal_events(TENANT, &approved.id).await;
-    assert_eq!(
-        kinds(&events),
-        [
-            EventKind::Submitted,
-            EventKind::ReviewStarted,
-            EventKind::Approved
-        ]
-    );
 }

@@ -109,6 +109,23 @@ impl Backend {
 }
 
 impl Env {
+    /// How many proposals are queued for the workers: the embedded queue's
+    /// entries, or PostgreSQL's outbox rows (every one written, published
+    /// or not).
+    pub async fn queued(&self) -> u64 {
+        match &self.db {
+            None => self.app.queue().depth().await.expect("queue depth"),
+            Some(db) => {
+                let mut conn = db.owner_connection().await;
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM queue_entries")
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("outbox rows");
+                n as u64
+            }
+        }
+    }
+
     /// Stops the application as SIGTERM does and starts it again on the
     /// same database (and queue).
     pub async fn restart(self) -> Env {

@@ -140,6 +140,79 @@ async fn two_api_and_two_worker_processes_decide_every_proposal_once_and_both_ap
     assert!(ours.iter().all(|(_, n)| *n == 1), "decided once: {ours:?}");
 }
 
+/// Waiting submissions of one operation through two api replicas at once:
+/// each replica reviews its submissions in the transaction that stores
+/// them, and a tenant's submissions commit one transaction at a time across
+/// replicas, so exactly one of each target's is approved and every other is
+/// told to wait for an earlier one.
+#[tokio::test]
+async fn overlapping_waiting_submits_through_two_api_replicas_approve_exactly_one() {
+    let db = Database::migrated().await;
+    let store = db.store().await;
+    let key = seed(&store).await;
+    let admin = key_for(&store, "acme", Role::Admin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = env_url("COUNTERSIGN_TEST_REDIS_URL");
+    let prefix = random_name("cs-test-");
+    let backend = backend(&db, &redis, &prefix);
+    let api_a = serve_as(dir.path(), "api-a", "api", &backend, &[]);
+    let api_b = serve_as(dir.path(), "api-b", "api", &backend, &[]);
+    let clients = [client(&api_a, &key).await, client(&api_b, &key).await];
+    // Ten ONLINE production targets, one burst on each.
+    let mut targets = TargetServiceClient::with_interceptor(
+        channel(&api_a).await,
+        BearerAuth::new(&admin).unwrap(),
+    );
+    let ids: Vec<String> = (10..20).map(|n| format!("node-{n}")).collect();
+    for id in &ids {
+        targets
+            .put_target(PutTargetRequest {
+                target: Some(Target {
+                    id: id.clone(),
+                    status: TargetStatus::Online as i32,
+                    labels: [("env".to_owned(), "production".to_owned())].into(),
+                    updated_at: None,
+                }),
+            })
+            .await
+            .expect("PutTarget");
+    }
+    for target in &ids {
+        let calls = (0..32).map(|n| {
+            let mut client = clients[n % 2].clone();
+            let mut spec = spec(target);
+            // An operator each: the rejections must not open a breaker.
+            spec.operator = format!("op-{target}-{n}");
+            async move {
+                client
+                    .submit(SubmitRequest {
+                        spec: Some(spec),
+                        wait_for_decision: Some(WITHIN.try_into().unwrap()),
+                    })
+                    .await
+                    .expect("Submit")
+                    .into_inner()
+                    .proposal
+                    .expect("a proposal")
+            }
+        });
+        let answers = futures::future::join_all(calls).await;
+        let approved: Vec<_> = answers
+            .iter()
+            .filter(|p| p.state() == ProposalState::Approved)
+            .collect();
+        assert_eq!(approved.len(), 1, "{target}: {answers:#?}");
+        for p in &answers {
+            let decision = p.decision.as_ref().expect("decided");
+            assert!(decision.reviewer.ends_with("/submit"), "{p:?}");
+            if p.id != approved[0].id {
+                assert_eq!(p.state(), ProposalState::Rejected, "{p:?}");
+                assert_eq!(decision.missing_gates, ["no_parallel_operation"], "{p:?}");
+            }
+        }
+    }
+}
+
 async fn submit_answer(client: &mut Client, target: &str) -> SubmitResponse {
     client
         .submit(SubmitRequest {

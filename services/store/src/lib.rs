@@ -2,6 +2,7 @@
 //! in [`Store`]: SQLite is the embedded default, PostgreSQL the production
 //! backend. Every query is scoped by tenant here, in the repository layer.
 
+mod at_submission;
 mod error;
 mod escalation;
 mod facts;

@@ -1,6 +1,6 @@
 use async_trait::async_trait;
 use countersign_domain::{Proposal, ProposalSpec, ProposalState};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::{PostgresStore, review, scope};
 use crate::types::Submission;
@@ -51,15 +51,6 @@ impl NewRow {
     }
 }
 
-/// The answer to a submission whose row was inserted as `id` at `now`.
-pub fn created(new: NewProposal, id: String, now: i64) -> (SubmitOutcome, Option<StoreEvent>) {
-    let event = StoreEvent::changed_to(&new.tenant, &id, ProposalState::Pending);
-    (
-        SubmitOutcome::Created(new.into_pending(id, now)),
-        Some(event),
-    )
-}
-
 /// The answer to a submission whose idempotency key was taken: the same spec
 /// is the same proposal, another spec a conflict.
 pub async fn earlier(
@@ -82,62 +73,16 @@ pub async fn earlier(
     Ok((SubmitOutcome::Deduplicated(proposal), None))
 }
 
-/// The row, and by trigger its queue entry (the outbox) and SUBMITTED event;
-/// the transaction must be in the tenant's scope (the event is written at
-/// commit, under the event log's lock: migrations/postgres/0010).
-pub async fn insert(
-    conn: &mut PgConnection,
-    new: NewProposal,
-) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-    let row = NewRow::of(&new);
-    let now = now_ms();
-    let inserted = sqlx::query(
-        "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent, submitted_key, submitted_by_person)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $12, $13, $14,
-                 $15)
-         ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
-    )
-    .bind(&row.id)
-    .bind(&new.tenant)
-    .bind(&new.spec.action)
-    .bind(new.spec.class.as_str())
-    .bind(&new.spec.target)
-    .bind(new.spec.blast_radius.as_str())
-    .bind(&new.spec.operator)
-    .bind(&row.spec_json)
-    .bind(&row.digest)
-    .bind(&row.key)
-    .bind(&new.submitted_by)
-    .bind(now)
-    .bind(&new.trace_parent)
-    .bind(&new.submitted_key)
-    .bind(&new.submitted_by_person)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 1 {
-        let id = row.id.clone();
-        return Ok(created(new, id, now));
-    }
-    earlier(conn, &new, &row).await
-}
-
-#[tracing::instrument(
-    name = "store.postgres.insert_proposal",
-    level = "debug",
-    skip_all,
-    fields(tenant = %new.tenant, proposal_id = tracing::field::Empty)
-)]
-pub async fn insert_one(
-    pool: &PgPool,
-    new: NewProposal,
-) -> Result<(SubmitOutcome, Option<StoreEvent>)> {
-    let mut tx = scope::tenant(pool, &new.tenant).await?;
-    let inserted = insert(&mut tx, new).await?;
-    tx.commit().await?;
-    tracing::Span::current().record("proposal_id", inserted.0.proposal().id.as_str());
-    Ok(inserted)
+/// Takes `tenant`'s submissions' lock until the transaction ends: a tenant's
+/// submissions commit one transaction at a time across every replica (see
+/// `group_commit`). Taken after the tenant's scope and before any row lock;
+/// the event log's lock, taken at commit, stays every transaction's last.
+pub async fn lock_submissions(conn: &mut PgConnection, tenant: &str) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(73102915, hashtext($1))")
+        .bind(tenant)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 #[async_trait]
@@ -213,27 +158,31 @@ impl Proposals for PostgresStore {
     }
 
     async fn insert_proposal(&self, new: NewProposal) -> Result<SubmitOutcome> {
-        let (outcome, event) = self
-            .submitter
-            .submit(Submission { new, review: None })
-            .await?;
+        self.submit(Submission { new, review: None }).await
+    }
+
+    /// Reviewed in the transaction that stores it, under its tenant's
+    /// submissions' lock (see `group_commit`).
+    async fn submit_reviewed(
+        &self,
+        new: NewProposal,
+        review: std::sync::Arc<dyn crate::SubmitReview>,
+    ) -> Result<SubmitOutcome> {
+        self.submit(Submission {
+            new,
+            review: Some(review),
+        })
+        .await
+    }
+}
+
+impl PostgresStore {
+    /// One submission through the group commit; its change announced.
+    async fn submit(&self, submission: Submission) -> Result<SubmitOutcome> {
+        let (outcome, event) = self.submitter.submit(submission).await?;
         if let Some(event) = event {
             self.publish(event);
         }
         Ok(outcome)
-    }
-
-    /// Queued for the reviewers, as [`Proposals::insert_proposal`] stores
-    /// it: replicas commit a tenant's submissions side by side, so facts
-    /// read inside one submission's transaction could miss an overlapping
-    /// submission another replica has not committed yet, and two
-    /// overlapping operations could both be approved. The reviewers read
-    /// the facts after every review's start has committed.
-    async fn submit_reviewed(
-        &self,
-        new: NewProposal,
-        _review: std::sync::Arc<dyn crate::SubmitReview>,
-    ) -> Result<SubmitOutcome> {
-        self.insert_proposal(new).await
     }
 }

@@ -371,26 +371,122 @@ fn rejected<'a>(writes: &'a [Write<'_>]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// Writes one tenant's decisions, the transaction in its scope and holding
-/// every row lock it will take: the state changes (refused whole if one
-/// moved), then the decisions (the first takes the event log's lock), then
-/// the breaker trips their rejections cause, logged after their events.
+/// every row lock it will take ([`write_prepared`] for one tenant).
 pub(super) async fn write_decisions(
     conn: &mut PgConnection,
     tenant: &str,
     writes: &[Write<'_>],
     now: Millis,
 ) -> Result<()> {
-    change_states(conn, tenant, writes, now).await?;
-    insert_decisions(conn, writes).await?;
-    let rejected = rejected(writes);
-    if rejected.is_empty() {
+    let mut scoped = scope::TenantScope::entered(tenant);
+    write_prepared(conn, &mut scoped, &[(tenant, writes)], now).await
+}
+
+/// The second phase of a batch whose every row lock is held: each tenant's
+/// proposals take their decided states, then each tenant's decisions are
+/// written (the first takes the event log's lock, migration 0010), then the
+/// breaker trips their rejections cause, read under that lock (so a rejection
+/// another transaction committed first is counted), their events after the
+/// rejections' own.
+pub(super) async fn write_prepared(
+    conn: &mut PgConnection,
+    scoped: &mut scope::TenantScope,
+    prepared: &[(&str, &[Write<'_>])],
+    now: Millis,
+) -> Result<()> {
+    for (tenant, writes) in prepared {
+        scoped.enter(&mut *conn, tenant).await?;
+        change_states(&mut *conn, tenant, writes, now).await?;
+    }
+    for (tenant, writes) in prepared {
+        scoped.enter(&mut *conn, tenant).await?;
+        insert_decisions(&mut *conn, writes).await?;
+    }
+    // Breakers last: read under the event log's lock (so a rejection another
+    // transaction committed first is counted), and their events go after the
+    // rejections' own.
+    let mut tripped = Vec::new();
+    for (tenant, writes) in prepared {
+        let rejected = rejected(writes);
+        if rejected.is_empty() {
+            continue;
+        }
+        scoped.enter(&mut *conn, tenant).await?;
+        let ids = suppression::trips(&mut *conn, tenant, &rejected, now).await?;
+        if !ids.is_empty() {
+            tripped.push((tenant, ids));
+        }
+    }
+    if !tripped.is_empty() {
+        scope::write_pending_events(&mut *conn).await?;
+        for (tenant, ids) in &tripped {
+            scoped.enter(&mut *conn, tenant).await?;
+            suppression::log_trips(&mut *conn, tenant, ids, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One tenant's part of a batch's facts (`indices` of the batch's
+/// proposals), the transaction in its scope: its policy, its routes and
+/// model profiles, the SOPs of the batch's actions (all of them where it has
+/// a model profile) and its targets in one query each, and the operations
+/// that may run in parallel with any of them in one more.
+pub(super) async fn tenant_facts(
+    conn: &mut PgConnection,
+    tenant: &str,
+    indices: &[usize],
+    batch: &mut facts::Batch<'_>,
+) -> Result<()> {
+    let Some(policy) = tenants::get(&mut *conn, tenant).await?.map(|t| t.policy) else {
+        batch.tenant_missing(tenant, indices);
         return Ok(());
+    };
+    let (actions, targets) = batch.keys(indices);
+    let route_rows = sqlx::query(&super::routes::list_statement::<Route>())
+        .bind(tenant)
+        .fetch_all(&mut *conn)
+        .await?;
+    let profile_rows = sqlx::query(&super::routes::list_statement::<ModelProfile>())
+        .bind(tenant)
+        .fetch_all(&mut *conn)
+        .await?;
+    // With a model profile, the tenant's whole catalogue.
+    let every_action = facts::sops_for_every_action(&profile_rows);
+    let sop_rows = sqlx::query(
+        "SELECT * FROM sops WHERE tenant = $1 AND ($3 OR action = ANY($2))
+             ORDER BY id COLLATE \"C\"",
+    )
+    .bind(tenant)
+    .bind(&actions)
+    .bind(every_action)
+    .fetch_all(&mut *conn)
+    .await?;
+    let target_rows = sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
+        .bind(tenant)
+        .bind(&targets)
+        .fetch_all(&mut *conn)
+        .await?;
+    let Some(gathered) = batch.gather(
+        indices,
+        policy,
+        &sop_rows,
+        &target_rows,
+        &route_rows,
+        &profile_rows,
+    ) else {
+        return Ok(());
+    };
+    let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
+    let mut candidates = sqlx::query(&query)
+        .bind(tenant)
+        .bind(&targets)
+        .bind(gathered.window_start);
+    if !gathered.clusters.is_empty() {
+        candidates = candidates.bind(&gathered.clusters);
     }
-    let ids = suppression::trips(conn, tenant, &rejected, now).await?;
-    if !ids.is_empty() {
-        scope::write_pending_events(conn).await?;
-        suppression::log_trips(conn, tenant, &ids, now).await?;
-    }
+    let rows = candidates.fetch_all(&mut *conn).await?;
+    batch.attach_others(gathered, &rows);
     Ok(())
 }
 
@@ -453,12 +549,10 @@ impl Reviews for PostgresStore {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// The facts of a batch of reviews, in one read-only snapshot: per tenant,
-    /// its policy, its routes and model profiles, the SOPs of the batch's
-    /// actions (all of them where it has a model profile) and its targets in
-    /// one query each, and the operations that may run in parallel with any of them in one
-    /// more. A database error fails the batch (every review is tried again); a
-    /// malformed row fails only the reviews that read it.
+    /// The facts of a batch of reviews, in one read-only snapshot, a handful
+    /// of queries per tenant ([`tenant_facts`]). A database error fails the
+    /// batch (every review is tried again); a malformed row fails only the
+    /// reviews that read it.
     #[tracing::instrument(name = "store.postgres.review_facts", skip_all, fields(n = proposals.len()))]
     async fn review_facts_many(&self, proposals: &[Proposal]) -> Result<Vec<Result<ReviewFacts>>> {
         let groups = scope::by_tenant(proposals, |p| p.tenant.as_str());
@@ -472,56 +566,7 @@ impl Reviews for PostgresStore {
         let mut batch = facts::Batch::new(proposals);
         for (tenant, indices) in groups {
             scoped.enter(&mut tx, &tenant).await?;
-            let Some(policy) = tenants::get(&mut tx, &tenant).await?.map(|t| t.policy) else {
-                batch.tenant_missing(&tenant, &indices);
-                continue;
-            };
-            let (actions, targets) = batch.keys(&indices);
-            let route_rows = sqlx::query(&super::routes::list_statement::<Route>())
-                .bind(&tenant)
-                .fetch_all(&mut *tx)
-                .await?;
-            let profile_rows = sqlx::query(&super::routes::list_statement::<ModelProfile>())
-                .bind(&tenant)
-                .fetch_all(&mut *tx)
-                .await?;
-            // With a model profile, the tenant's whole catalogue.
-            let every_action = facts::sops_for_every_action(&profile_rows);
-            let sop_rows = sqlx::query(
-                "SELECT * FROM sops WHERE tenant = $1 AND ($3 OR action = ANY($2))
-                 ORDER BY id COLLATE \"C\"",
-            )
-            .bind(&tenant)
-            .bind(&actions)
-            .bind(every_action)
-            .fetch_all(&mut *tx)
-            .await?;
-            let target_rows =
-                sqlx::query("SELECT * FROM targets WHERE tenant = $1 AND id = ANY($2)")
-                    .bind(&tenant)
-                    .bind(&targets)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            let Some(gathered) = batch.gather(
-                &indices,
-                policy,
-                &sop_rows,
-                &target_rows,
-                &route_rows,
-                &profile_rows,
-            ) else {
-                continue;
-            };
-            let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
-            let mut candidates = sqlx::query(&query)
-                .bind(&tenant)
-                .bind(&targets)
-                .bind(gathered.window_start);
-            if !gathered.clusters.is_empty() {
-                candidates = candidates.bind(&gathered.clusters);
-            }
-            let rows = candidates.fetch_all(&mut *tx).await?;
-            batch.attach_others(gathered, &rows);
+            tenant_facts(&mut tx, &tenant, &indices, &mut batch).await?;
         }
         tx.commit().await?;
         Ok(batch.finish())
@@ -567,36 +612,11 @@ impl Reviews for PostgresStore {
                 prepared.push((tenant, plan.writes));
             }
         }
-        for (tenant, writes) in &prepared {
-            scoped.enter(&mut tx, tenant).await?;
-            change_states(&mut tx, tenant, writes, now).await?;
-        }
-        for (tenant, writes) in &prepared {
-            scoped.enter(&mut tx, tenant).await?;
-            insert_decisions(&mut tx, writes).await?;
-        }
-        // Breakers last: read under the event log's lock (so a rejection another
-        // transaction committed first is counted), and their events go after the
-        // rejections' own.
-        let mut tripped = Vec::new();
-        for (tenant, writes) in &prepared {
-            let rejected = rejected(writes);
-            if rejected.is_empty() {
-                continue;
-            }
-            scoped.enter(&mut tx, tenant).await?;
-            let ids = suppression::trips(&mut tx, tenant, &rejected, now).await?;
-            if !ids.is_empty() {
-                tripped.push((tenant, ids));
-            }
-        }
-        if !tripped.is_empty() {
-            scope::write_pending_events(&mut tx).await?;
-            for (tenant, ids) in &tripped {
-                scoped.enter(&mut tx, tenant).await?;
-                suppression::log_trips(&mut tx, tenant, ids, now).await?;
-            }
-        }
+        let prepared: Vec<(&str, &[Write<'_>])> = prepared
+            .iter()
+            .map(|(tenant, writes)| (tenant.as_str(), writes.as_slice()))
+            .collect();
+        write_prepared(&mut tx, &mut scoped, &prepared, now).await?;
         tx.commit().await?;
         let recorded = items
             .iter()

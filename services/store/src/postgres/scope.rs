@@ -67,6 +67,14 @@ impl TenantScope {
         }
     }
 
+    /// The scope of a transaction already in `tenant`'s.
+    pub fn entered(tenant: &str) -> TenantScope {
+        TenantScope {
+            current: Some(tenant.to_owned()),
+            ..TenantScope::default()
+        }
+    }
+
     /// Begins the transaction in `tenant`'s scope.
     pub async fn begin(&mut self, pool: &PgPool, tenant: &str) -> Result<Tx> {
         let settings = self.settings.take();

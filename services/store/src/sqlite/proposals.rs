@@ -1,20 +1,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use countersign_domain::{
-    Decision, Millis, Proposal, ProposalSpec, ProposalState,
-    gates::{OtherOperation, ReviewFacts},
-};
+use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState, gates::ReviewFacts};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, events, review};
-use crate::facts::add_blocking;
-use crate::recording;
+use crate::at_submission::{self, InOrder};
 use crate::rows::{NamedRows, proposal_from_row};
 use crate::types::Submission;
 use crate::{
-    NewProposal, Proposals, Result, ReviewKey, StoreError, StoreEvent, SubmitOutcome, SubmitReview,
-    now_ms,
+    NewProposal, Proposals, Result, StoreError, StoreEvent, SubmitOutcome, SubmitReview, now_ms,
 };
 
 /// What one submission's insert answers.
@@ -35,21 +30,17 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?16, ?11, ?12, ?12, ?13, ?14, ?
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
 
-/// Inserts `new` as `id` at `now`, PENDING or (`reviewing`) under review:
-/// `true` if inserted, `false` if its key was taken.
+/// Inserts `new` as `id` at `now` in `state` (PENDING, or under review
+/// since `now`): `true` if inserted, `false` if its key was taken.
 fn insert_row(
     conn: &Connection,
     new: &NewProposal,
     id: &str,
     now: Millis,
-    reviewing: bool,
+    state: ProposalState,
 ) -> rusqlite::Result<bool> {
     let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
-    let state = if reviewing {
-        ProposalState::Reviewing
-    } else {
-        ProposalState::Pending
-    };
+    let reviewing = state == ProposalState::Reviewing;
     conn.prepare_cached(INSERT_ROW)?
         .query_row(
             params![
@@ -129,14 +120,8 @@ fn answer(
 /// statement that fails changes nothing (SQLite backs out a failed
 /// statement, not its transaction), so a bad submission fails only itself;
 /// should the transaction not commit, every submission of the group hears it.
-///
 /// A submission that asks for a review in its own transaction is reviewed
-/// on the facts read at the group's start, to which each submission written
-/// before it in the group is added as the database would show it then
-/// (queued, or decided): the group is decided as if one writer took its
-/// submissions one at a time. Its decision is written with it (under review,
-/// then decided: no queue entry, no PENDING state to overwrite); where the
-/// review does not conclude, it is queued PENDING like any other.
+/// there, in the group's order (`at_submission`).
 pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Inserted> {
     let now = now_ms();
     let not_written = |error: &dyn std::fmt::Display| {
@@ -147,35 +132,12 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
         Err(error) => return group.iter().map(|_| Err(not_written(&error))).collect(),
     };
     let mut facts = group_facts(&tx, &group, now);
-    // What the group has written so far, as a later review's facts see it.
-    let mut written: Vec<(String, OtherOperation)> = Vec::new();
-    let mut decided: Vec<Decided> = Vec::new();
+    let mut reviews = InOrder::default();
     let mut out: Vec<Inserted> = Vec::with_capacity(group.len());
-    for (i, Submission { new, review }) in group.into_iter().enumerate() {
-        let (facts, proposal) = facts[i].take().unzip();
-        let id = new.id.clone();
-        let cluster = facts
-            .as_ref()
-            .and_then(|f| f.target.as_ref())
-            .and_then(|t| t.cluster())
-            .map(str::to_owned);
-        let reviewed = match (&review, facts, proposal) {
-            (Some(review), Some(mut facts), Some(proposal)) => {
-                add_blocking(
-                    &mut facts,
-                    written
-                        .iter()
-                        .filter(|(tenant, _)| *tenant == new.tenant)
-                        .map(|(_, other)| other),
-                );
-                review.review(&proposal, &facts).and_then(|decision| {
-                    let next = recording::at_submission(&id, &decision, &facts)?;
-                    Some((decision, next))
-                })
-            }
-            _ => None,
-        };
-        let inserted = match insert_row(&tx, &new, &id, now, reviewed.is_some()) {
+    for (i, submission) in group.into_iter().enumerate() {
+        let reviewed = reviews.review(&submission, facts[i].take());
+        let id = submission.new.id.clone();
+        let inserted = match insert_row(&tx, &submission.new, &id, now, reviewed.stored_as()) {
             Ok(inserted) => inserted,
             Err(error) => {
                 out.push(Err(error.into()));
@@ -183,75 +145,23 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
             }
         };
         if !inserted {
-            out.push(answer(&tx, new, id, now, false));
+            out.push(answer(&tx, submission.new, id, now, false));
             continue;
         }
-        let mut proposal = new.into_pending(id.clone(), now);
-        let (state, decided_at) = match &reviewed {
-            Some((decision, next)) => (*next, Some(decision.decided_at)),
-            None => (ProposalState::Pending, None),
-        };
-        written.push((
-            proposal.tenant.clone(),
-            OtherOperation {
-                id: id.clone(),
-                action: proposal.spec.action.clone(),
-                target: proposal.spec.target.clone(),
-                target_cluster: cluster,
-                blast_radius: proposal.spec.blast_radius,
-                state,
-                created_at: now,
-                decided_at,
-            },
-        ));
-        let event = events::signal(&proposal.tenant, &id, state);
-        if let (Some((decision, next)), Some(review)) = (reviewed, review) {
-            proposal.state = next;
-            proposal.decision = Some(decision.clone());
-            decided.push(Decided {
-                key: ReviewKey {
-                    tenant: proposal.tenant.clone(),
-                    id,
-                },
-                operator: proposal.spec.operator.clone(),
-                decision,
-                next,
-                review,
-            });
-        }
+        let proposal = reviews.stored(submission, reviewed, now);
+        let event = events::signal(&proposal.tenant, &proposal.id, proposal.state);
         out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
     }
-    let writes: Vec<recording::Write<'_>> = decided
-        .iter()
-        .map(|d| recording::Write {
-            key: &d.key,
-            decision: &d.decision,
-            prev: ProposalState::Reviewing,
-            next: d.next,
-            operator: d.operator.clone(),
-        })
-        .collect();
     // A decision that cannot be written leaves nothing of the group: its
     // submissions are answered with the error, none is stored.
-    let committed = review::write_decisions(&tx, &writes, now)
+    let committed = review::write_decisions(&tx, &reviews.writes(), now)
         .map_err(|error| error.to_string())
         .and_then(|()| tx.commit().map_err(|error| error.to_string()));
     if let Err(error) = committed {
         return out.iter().map(|_| Err(not_written(&error))).collect();
     }
-    for d in &decided {
-        d.review.recorded(&d.decision);
-    }
+    reviews.committed();
     out
-}
-
-/// A submission decided in its group's transaction.
-struct Decided {
-    key: ReviewKey,
-    operator: String,
-    decision: Decision,
-    next: ProposalState,
-    review: Arc<dyn SubmitReview>,
 }
 
 /// The facts of each submission of a group where any of them asks for a
@@ -266,13 +176,9 @@ fn group_facts(
     now: Millis,
 ) -> Vec<Option<(ReviewFacts, Proposal)>> {
     let none = || group.iter().map(|_| None).collect();
-    if group.iter().all(|s| s.review.is_none()) {
+    let Some(proposals) = at_submission::proposals(group, now) else {
         return none();
-    }
-    let proposals: Vec<Proposal> = group
-        .iter()
-        .map(|s| s.new.clone().into_pending(s.new.id.clone(), now))
-        .collect();
+    };
     match review::facts_in(tx, &proposals) {
         Ok(facts) => facts
             .into_iter()
