@@ -32,7 +32,7 @@ use crate::group_commit::{Group, Inserted, Lanes, Submitter};
 use crate::recording::Write;
 use crate::types::Submission;
 use crate::{Result, StoreError, StoreEvent, SubmitOutcome};
-use countersign_domain::{Millis, ProposalState};
+use countersign_domain::{Millis, Proposal, ProposalState, gates::ReviewFacts};
 
 /// Starts the committer on the pool.
 pub fn start(pool: PgPool) -> Submitter {
@@ -72,12 +72,9 @@ async fn together(pool: &PgPool, submissions: &[Submission]) -> Result<Vec<Inser
     let Some((first, _)) = groups.first() else {
         return Ok(Vec::new());
     };
-    // A review's facts are planned for their parameters (`scope::CUSTOM_PLANS`).
-    let mut scoped = if submissions.iter().any(|s| s.review.is_some()) {
-        scope::TenantScope::planned_per_run()
-    } else {
-        scope::TenantScope::default()
-    };
+    // Planned once: the writes are reads and writes by key; a review's
+    // facts switch to plans for their parameters and back (`facts_of`).
+    let mut scoped = scope::TenantScope::planned_once();
     let mut tx = scoped.begin(pool, first).await?;
     let now = crate::now_ms();
     let mut results: Vec<Option<Inserted>> = (0..submissions.len()).map(|_| None).collect();
@@ -142,20 +139,7 @@ async fn tenant_group(
     group: &[&Submission],
     now: Millis,
 ) -> Result<(Vec<Inserted>, InOrder)> {
-    let facts = match at_submission::proposals(group.iter().copied(), now) {
-        Some(proposals) => {
-            let mut batch = facts::Batch::new(&proposals);
-            let all: Vec<usize> = (0..proposals.len()).collect();
-            review::tenant_facts(&mut *conn, tenant, &all, &mut batch).await?;
-            let facts = batch.finish();
-            facts
-                .into_iter()
-                .zip(proposals.iter().cloned())
-                .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
-                .collect()
-        }
-        None => vec![None; group.len()],
-    };
+    let facts = facts_of(conn, tenant, group, now).await?;
     let mut in_order = InOrder::default();
     let mut states = Vec::with_capacity(group.len());
     let mut stored = Vec::with_capacity(group.len());
@@ -195,6 +179,35 @@ async fn tenant_group(
         }
     }
     Ok((answers, in_order))
+}
+
+/// The facts of each submission of a group where any of them asks for a
+/// review (every one's: a reviewed submission may overlap another of the
+/// group), read before the group writes anything, each with the proposal it
+/// would be; `None` for each where none does, or whose facts are malformed
+/// (its review then leaves it PENDING). The reads are planned for their
+/// parameters (`scope::CUSTOM_PLANS`, as the reviewers' are), and the
+/// transaction's later statements once again (`scope::GENERIC_PLANS`).
+async fn facts_of(
+    conn: &mut PgConnection,
+    tenant: &str,
+    group: &[&Submission],
+    now: Millis,
+) -> Result<Vec<Option<(ReviewFacts, Proposal)>>> {
+    let Some(proposals) = at_submission::proposals(group.iter().copied(), now) else {
+        return Ok(vec![None; group.len()]);
+    };
+    scope::plan(&mut *conn, scope::CUSTOM_PLANS).await?;
+    let mut batch = facts::Batch::new(&proposals);
+    let all: Vec<usize> = (0..proposals.len()).collect();
+    review::tenant_facts(&mut *conn, tenant, &all, &mut batch).await?;
+    scope::plan(&mut *conn, scope::GENERIC_PLANS).await?;
+    Ok(batch
+        .finish()
+        .into_iter()
+        .zip(proposals)
+        .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
+        .collect())
 }
 
 /// One field of every row, as the array `unnest` takes.

@@ -133,6 +133,15 @@ async fn enter_with(conn: &mut PgConnection, tenant: &str, settings: Option<&str
 /// statement keeps its cached plan (test: `postgres_plans::the_hot_reads_keep_key_plans_when_planned_once_for_any_parameters`).
 pub const CUSTOM_PLANS: &str = "set_config('plan_cache_mode', 'force_custom_plan', true)";
 
+/// Plans the transaction's next statements as `setting` says
+/// ([`CUSTOM_PLANS`] or [`GENERIC_PLANS`]).
+pub async fn plan(conn: &mut PgConnection, setting: &str) -> Result<()> {
+    sqlx::query(&format!("SELECT {setting}"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// A transaction that reads every tenant's rows and writes none of them (the
 /// event log's retention excepted). Only the cross-tenant operations named in
 /// the migration use it: bootstrap's emptiness check, the tenant and key
