@@ -5,18 +5,18 @@
 //! its state changes, its events, its decision and its audit entry. They go
 //! into tables with the schema's own columns and indexes and nothing else: no
 //! trigger, foreign key, row-level security, queue entry, cursor counter or
-//! read (no facts, no fan-out, no check at commit). On PostgreSQL, where every
-//! submission is queued for the reviewers: two state changes (REVIEWING, then
-//! decided) and three events, one transaction a step (the submissions' group,
-//! the reviews' start, their record, the audit append). Embedded, where a
-//! waiting Submit is decided as it is stored: one state change and two
-//! events, the submission's and the decision's rows in one transaction, the
-//! audit append in another. Each step's rows in one statement a table, as
-//! many decisions a transaction as the run has clients:
-//! every decision a closed loop of that width has in flight rides every
-//! commit, the most a group commit could share. So the figure is a floor, a
-//! rate no server on these rows can pass; the run's own rate and its
-//! database's CPU a decision are read beside it.
+//! read (no facts, no fan-out, no check at commit). They are written as the
+//! run's path writes them ([`Path`]): a Submit that waits is decided as it is
+//! stored (the proposal inserted decided, its two events and its decision in
+//! one transaction, the audit append in another); a queued one takes two
+//! state changes (REVIEWING, then decided) and three events, one transaction
+//! a step (the submissions' group, the reviews' start, their record, the
+//! audit append). Each step's rows in one statement a table, as many
+//! decisions a transaction as the run has clients: every decision a closed
+//! loop of that width has in flight rides every commit, the most a group
+//! commit could share. So the figure is a floor, a rate no server on these
+//! rows can pass; the run's own rate and its database's CPU a decision are
+//! read beside it.
 //!
 //! Embedded: one connection (the store has one writer) on a SQLite file
 //! migrated by the run's `countersign` and stripped of its triggers, in WAL
@@ -27,7 +27,6 @@
 
 use std::{
     collections::BTreeMap,
-    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -66,67 +65,105 @@ impl RowsFloor {
     }
 }
 
-/// The rows of a batch of decisions, step by step: each statement's text with
-/// `{t}` before every table name and `{b}` for the batch's first number.
-const STEPS: [&[&str]; 4] = [
-    &[
-        "INSERT INTO {t}proposals (id, tenant, action, class, target, blast_radius, operator,
-             spec_json, spec_digest, state, submitted_by, created_at, updated_at,
-             suppressed_retries)
-         SELECT 'P' || (CAST({b} AS BIGINT) + n), 'default', 'bench_restart', 'write',
-             'bench-' || ((CAST({b} AS BIGINT) + n) % 50), 'single_device', 'bench',
-             '{spec}', '{digest}', 'pending', 'bench', CAST({b} AS BIGINT) + n,
-             CAST({b} AS BIGINT) + n, 0
-         FROM g",
-        "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state, created_at, tenant_cursor)
-         SELECT (CAST({b} AS BIGINT) + n) * 3, 'default', 'P' || (CAST({b} AS BIGINT) + n),
-             'SUBMITTED', 'pending', CAST({b} AS BIGINT) + n, (CAST({b} AS BIGINT) + n) * 3
-         FROM g",
-    ],
-    &[
-        "UPDATE {t}proposals SET state = 'reviewing', review_started_at = updated_at + 1,
-             updated_at = updated_at + 1
-         WHERE id IN (SELECT 'P' || (CAST({b} AS BIGINT) + n) FROM g)",
-        "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state, created_at, tenant_cursor)
-         SELECT (CAST({b} AS BIGINT) + n) * 3 + 1, 'default', 'P' || (CAST({b} AS BIGINT) + n),
-             'REVIEW_STARTED', 'reviewing', CAST({b} AS BIGINT) + n + 1,
-             (CAST({b} AS BIGINT) + n) * 3 + 1
-         FROM g",
-    ],
-    &[
-        "UPDATE {t}proposals SET state = 'approved', decided_at = updated_at + 7,
-             updated_at = updated_at + 7
-         WHERE id IN (SELECT 'P' || (CAST({b} AS BIGINT) + n) FROM g)",
-        "INSERT INTO {t}decisions (proposal_id, tenant, outcome, reason, agent_message, sop_id,
-             sop_version, rollback_path, gates_json, missing_gates_json, reviewer, decided_at,
-             summary, review_latency_ms)
-         SELECT 'P' || (CAST({b} AS BIGINT) + n), 'default', 'approve', 'every gate passed',
-             'Approved.', 'SOP-BENCH', 1, 'start it again', '{gates}', '[]', 'countersign-1/0',
-             CAST({b} AS BIGINT) + n + 8, '{summary}', 7
-         FROM g",
-        "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state, created_at, tenant_cursor)
-         SELECT (CAST({b} AS BIGINT) + n) * 3 + 2, 'default', 'P' || (CAST({b} AS BIGINT) + n),
-             'APPROVED', 'approved', CAST({b} AS BIGINT) + n + 8, (CAST({b} AS BIGINT) + n) * 3 + 2
-         FROM g",
-    ],
-    &[
-        "INSERT INTO {t}audit_log (tenant, sequence, proposal_id, decided_at, action, target,
-             operator, submitted_by, outcome, blast_radius, sop_id, record, digest, decided_max,
-             lateness_max)
-         SELECT 'default', CAST({b} AS BIGINT) + n, 'P' || (CAST({b} AS BIGINT) + n),
-             CAST({b} AS BIGINT) + n + 8, 'bench_restart',
-             'bench-' || ((CAST({b} AS BIGINT) + n) % 50), 'bench', 'bench', 'approve',
-             'single_device', 'SOP-BENCH', '{record}', '{digest}', CAST({b} AS BIGINT) + n + 8, 0
-         FROM g",
-    ],
+/// A batch's proposals, PENDING (queued for the reviewers). Each statement's
+/// text has `{t}` before every table name and `{b}` for the batch's first
+/// number.
+const PROPOSALS_PENDING: &str = "INSERT INTO {t}proposals (id, tenant, action, class, target,
+     blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at,
+     suppressed_retries)
+ SELECT 'P' || (CAST({b} AS BIGINT) + n), 'default', 'bench_restart', 'write',
+     'bench-' || ((CAST({b} AS BIGINT) + n) % 50), 'single_device', 'bench',
+     '{spec}', '{digest}', 'pending', 'bench', CAST({b} AS BIGINT) + n,
+     CAST({b} AS BIGINT) + n, 0
+ FROM g";
+
+/// A batch's proposals, inserted decided.
+const PROPOSALS_DECIDED: &str = "INSERT INTO {t}proposals (id, tenant, action, class, target,
+     blast_radius, operator, spec_json, spec_digest, state, submitted_by, created_at, updated_at,
+     suppressed_retries, review_started_at, decided_at)
+ SELECT 'P' || (CAST({b} AS BIGINT) + n), 'default', 'bench_restart', 'write',
+     'bench-' || ((CAST({b} AS BIGINT) + n) % 50), 'single_device', 'bench',
+     '{spec}', '{digest}', 'approved', 'bench', CAST({b} AS BIGINT) + n,
+     CAST({b} AS BIGINT) + n, 0, CAST({b} AS BIGINT) + n, CAST({b} AS BIGINT) + n + 1
+ FROM g";
+
+const SUBMITTED: &str = "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state,
+     created_at, tenant_cursor)
+ SELECT (CAST({b} AS BIGINT) + n) * 3, 'default', 'P' || (CAST({b} AS BIGINT) + n),
+     'SUBMITTED', 'pending', CAST({b} AS BIGINT) + n, (CAST({b} AS BIGINT) + n) * 3
+ FROM g";
+
+const REVIEW_STARTED: [&str; 2] = [
+    "UPDATE {t}proposals SET state = 'reviewing', review_started_at = updated_at + 1,
+         updated_at = updated_at + 1
+     WHERE id IN (SELECT 'P' || (CAST({b} AS BIGINT) + n) FROM g)",
+    "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state, created_at, tenant_cursor)
+     SELECT (CAST({b} AS BIGINT) + n) * 3 + 1, 'default', 'P' || (CAST({b} AS BIGINT) + n),
+         'REVIEW_STARTED', 'reviewing', CAST({b} AS BIGINT) + n + 1,
+         (CAST({b} AS BIGINT) + n) * 3 + 1
+     FROM g",
 ];
+
+const DECIDED_STATE: &str = "UPDATE {t}proposals SET state = 'approved',
+     decided_at = updated_at + 7, updated_at = updated_at + 7
+ WHERE id IN (SELECT 'P' || (CAST({b} AS BIGINT) + n) FROM g)";
+
+const DECISIONS: &str = "INSERT INTO {t}decisions (proposal_id, tenant, outcome, reason,
+     agent_message, sop_id, sop_version, rollback_path, gates_json, missing_gates_json, reviewer,
+     decided_at, summary, review_latency_ms)
+ SELECT 'P' || (CAST({b} AS BIGINT) + n), 'default', 'approve', 'every gate passed',
+     'Approved.', 'SOP-BENCH', 1, 'start it again', '{gates}', '[]', 'countersign-1/0',
+     CAST({b} AS BIGINT) + n + 8, '{summary}', 7
+ FROM g";
+
+const DECIDED_EVENTS: &str = "INSERT INTO {t}events (cursor, tenant, proposal_id, kind, state,
+     created_at, tenant_cursor)
+ SELECT (CAST({b} AS BIGINT) + n) * 3 + 2, 'default', 'P' || (CAST({b} AS BIGINT) + n),
+     'APPROVED', 'approved', CAST({b} AS BIGINT) + n + 8, (CAST({b} AS BIGINT) + n) * 3 + 2
+ FROM g";
+
+const AUDIT: &str = "INSERT INTO {t}audit_log (tenant, sequence, proposal_id, decided_at,
+     action, target, operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
+     decided_max, lateness_max)
+ SELECT 'default', CAST({b} AS BIGINT) + n, 'P' || (CAST({b} AS BIGINT) + n),
+     CAST({b} AS BIGINT) + n + 8, 'bench_restart',
+     'bench-' || ((CAST({b} AS BIGINT) + n) % 50), 'bench', 'bench', 'approve',
+     'single_device', 'SOP-BENCH', '{record}', '{digest}', CAST({b} AS BIGINT) + n + 8, 0
+ FROM g";
+
+/// Which path's rows, as the run's Submit takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// A Submit that waits: decided in the transaction that stores it.
+    DecidedAsStored,
+    /// Queued for the reviewers: stored, its review started, recorded.
+    Queued,
+}
+
+impl Path {
+    /// The path's transactions, each its statements.
+    fn steps(self) -> Vec<Vec<&'static str>> {
+        match self {
+            Path::DecidedAsStored => vec![
+                vec![PROPOSALS_DECIDED, SUBMITTED, DECISIONS, DECIDED_EVENTS],
+                vec![AUDIT],
+            ],
+            Path::Queued => vec![
+                vec![PROPOSALS_PENDING, SUBMITTED],
+                REVIEW_STARTED.to_vec(),
+                vec![DECIDED_STATE, DECISIONS, DECIDED_EVENTS],
+                vec![AUDIT],
+            ],
+        }
+    }
+}
 
 /// The numbers 1..=batch as `g(n)`, in SQL both backends read.
 fn series(batch: i64) -> String {
     format!("WITH RECURSIVE g(n) AS (VALUES (1) UNION ALL SELECT n + 1 FROM g WHERE n < {batch}) ")
 }
 
-/// One statement of [`STEPS`] for a backend: `tables` before every table
+/// One statement of a [`Path`]'s steps for a backend: `tables` before every table
 /// name, `base` for the batch's first number. Its literals put no colon right
 /// before a word (pgbench would read `:word` as one of its variables).
 fn statement(text: &str, tables: &str, base: &str, batch: i64) -> String {
@@ -156,19 +193,25 @@ fn statement(text: &str, tables: &str, base: &str, batch: i64) -> String {
 /// `span`.
 pub async fn measure(
     production: Option<&Production>,
-    binary: &Path,
+    binary: &std::path::Path,
+    path: Path,
     pgbench_clients: u32,
     batch: u64,
     span: Duration,
 ) -> anyhow::Result<RowsFloor> {
     let batch = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
     match production {
-        None => sqlite(binary, batch, span).await,
-        Some(p) => postgres(p, pgbench_clients, batch, span).await,
+        None => sqlite(binary, path, batch, span).await,
+        Some(p) => postgres(p, path, pgbench_clients, batch, span).await,
     }
 }
 
-async fn sqlite(binary: &Path, batch: i64, span: Duration) -> anyhow::Result<RowsFloor> {
+async fn sqlite(
+    binary: &std::path::Path,
+    path: Path,
+    batch: i64,
+    span: Duration,
+) -> anyhow::Result<RowsFloor> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("rows.db");
     let output = Command::new(binary)
@@ -201,14 +244,8 @@ async fn sqlite(binary: &Path, batch: i64, span: Duration) -> anyhow::Result<Row
             .execute(&mut conn)
             .await?;
     }
-    // Embedded, a waiting Submit is decided in the transaction that stores
-    // it: the submission's and the decision's rows in one transaction (no
-    // review start), the audit append in another.
-    let decided_as_stored: [Vec<&str>; 2] = [
-        STEPS[0].iter().chain(STEPS[2]).copied().collect(),
-        STEPS[3].to_vec(),
-    ];
-    let steps: Vec<Vec<String>> = decided_as_stored
+    let steps: Vec<Vec<String>> = path
+        .steps()
         .iter()
         .map(|step| step.iter().map(|s| statement(s, "", "?1", batch)).collect())
         .collect();
@@ -237,6 +274,7 @@ const PREFIX: &str = "bench_rows_";
 
 async fn postgres(
     p: &Production,
+    path: Path,
     clients: u32,
     batch: i64,
     span: Duration,
@@ -259,7 +297,7 @@ async fn postgres(
     ))
     .execute(&mut conn)
     .await?;
-    let measured = pgbench(p, clients, batch, span).await;
+    let measured = pgbench(p, path, clients, batch, span).await;
     let mut drop = String::new();
     for table in TABLES {
         drop.push_str(&format!("DROP TABLE {PREFIX}{table}; "));
@@ -273,12 +311,13 @@ async fn postgres(
 
 async fn pgbench(
     p: &Production,
+    path: Path,
     clients: u32,
     batch: i64,
     span: Duration,
 ) -> anyhow::Result<RowsFloor> {
     let mut script = format!("SELECT nextval('{PREFIX}batches') AS b \\gset\n");
-    for step in STEPS {
+    for step in path.steps() {
         script.push_str("BEGIN;\n");
         for sql in step {
             // pgbench reads one statement a line, to its semicolon.
@@ -339,7 +378,8 @@ mod tests {
     /// the statements name no variable but the batch's.
     #[test]
     fn the_statements_name_no_pgbench_variable_but_the_batch() {
-        for step in STEPS {
+        let steps = [Path::Queued, Path::DecidedAsStored].map(Path::steps);
+        for step in steps.iter().flatten() {
             for sql in step {
                 let text = statement(sql, PREFIX, ":b", BATCH);
                 let variables: Vec<&str> = text
@@ -361,67 +401,71 @@ mod tests {
         }
     }
 
-    /// Each step's statements write `BATCH` rows into an embedded schema's
-    /// tables, and every row the contract keeps for a decision is there.
+    /// Each path's statements write `BATCH` rows into an embedded schema's
+    /// tables, and every row the contract keeps for a decision is there: the
+    /// queued path's three events, the decided-as-stored path's two.
     #[tokio::test]
     async fn the_rows_of_a_batch_are_the_contracts_rows_of_each_decision() {
-        let mut conn = SqliteConnectOptions::new()
-            .in_memory(true)
-            .foreign_keys(false)
-            .connect()
-            .await
-            .unwrap();
-        for table in TABLES {
-            let columns = match table {
-                "proposals" => {
-                    "id TEXT PRIMARY KEY, tenant, action, class, target, blast_radius, operator,
-                     spec_json, spec_digest, state, submitted_by, created_at, updated_at,
-                     suppressed_retries, review_started_at, decided_at"
-                }
-                "events" => {
-                    "cursor INTEGER PRIMARY KEY, tenant, proposal_id, kind, state, created_at,
-                     tenant_cursor"
-                }
-                "decisions" => {
-                    "proposal_id TEXT PRIMARY KEY, tenant, outcome, reason, agent_message, sop_id,
-                     sop_version, rollback_path, gates_json, missing_gates_json, reviewer,
-                     decided_at, summary, review_latency_ms"
-                }
-                _ => {
-                    "tenant, sequence, proposal_id UNIQUE, decided_at, action, target, operator,
-                     submitted_by, outcome, blast_radius, sop_id, record, digest, decided_max,
-                     lateness_max"
-                }
-            };
-            sqlx::query(&format!("CREATE TABLE {table} ({columns})"))
-                .execute(&mut conn)
+        for (path, events) in [(Path::Queued, 3), (Path::DecidedAsStored, 2)] {
+            let mut conn = SqliteConnectOptions::new()
+                .in_memory(true)
+                .foreign_keys(false)
+                .connect()
                 .await
                 .unwrap();
-        }
-        for step in STEPS {
-            for sql in step {
-                sqlx::query(&statement(sql, "", "?1", BATCH))
-                    .bind(FIRST)
+            for table in TABLES {
+                let columns = match table {
+                    "proposals" => {
+                        "id TEXT PRIMARY KEY, tenant, action, class, target, blast_radius,
+                         operator, spec_json, spec_digest, state, submitted_by, created_at,
+                         updated_at, suppressed_retries, review_started_at, decided_at"
+                    }
+                    "events" => {
+                        "cursor INTEGER PRIMARY KEY, tenant, proposal_id, kind, state,
+                         created_at, tenant_cursor"
+                    }
+                    "decisions" => {
+                        "proposal_id TEXT PRIMARY KEY, tenant, outcome, reason, agent_message,
+                         sop_id, sop_version, rollback_path, gates_json, missing_gates_json,
+                         reviewer, decided_at, summary, review_latency_ms"
+                    }
+                    _ => {
+                        "tenant, sequence, proposal_id UNIQUE, decided_at, action, target,
+                         operator, submitted_by, outcome, blast_radius, sop_id, record, digest,
+                         decided_max, lateness_max"
+                    }
+                };
+                sqlx::query(&format!("CREATE TABLE {table} ({columns})"))
                     .execute(&mut conn)
                     .await
                     .unwrap();
             }
+            for step in path.steps() {
+                for sql in step {
+                    sqlx::query(&statement(sql, "", "?1", BATCH))
+                        .bind(FIRST)
+                        .execute(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }
+            async fn count(conn: &mut sqlx::SqliteConnection, sql: &str) -> i64 {
+                sqlx::query_scalar(sql).fetch_one(conn).await.unwrap()
+            }
+            let approved = "SELECT COUNT(*) FROM proposals WHERE state = 'approved'
+                            AND review_started_at IS NOT NULL AND decided_at IS NOT NULL";
+            assert_eq!(count(&mut conn, approved).await, BATCH, "{path:?}");
+            assert_eq!(
+                count(&mut conn, "SELECT COUNT(*) FROM events").await,
+                events * BATCH,
+                "{path:?}"
+            );
+            let kinds = "SELECT COUNT(DISTINCT kind) FROM events";
+            assert_eq!(count(&mut conn, kinds).await, events, "{path:?}");
+            let decisions = "SELECT COUNT(*) FROM decisions";
+            assert_eq!(count(&mut conn, decisions).await, BATCH, "{path:?}");
+            let audit = "SELECT COUNT(*) FROM audit_log";
+            assert_eq!(count(&mut conn, audit).await, BATCH, "{path:?}");
         }
-        async fn count(conn: &mut sqlx::SqliteConnection, sql: &str) -> i64 {
-            sqlx::query_scalar(sql).fetch_one(conn).await.unwrap()
-        }
-        let approved = "SELECT COUNT(*) FROM proposals WHERE state = 'approved'
-                        AND review_started_at IS NOT NULL AND decided_at IS NOT NULL";
-        assert_eq!(count(&mut conn, approved).await, BATCH);
-        assert_eq!(
-            count(&mut conn, "SELECT COUNT(*) FROM events").await,
-            3 * BATCH
-        );
-        let kinds = "SELECT COUNT(DISTINCT kind) FROM events";
-        assert_eq!(count(&mut conn, kinds).await, 3);
-        let decisions = "SELECT COUNT(*) FROM decisions";
-        assert_eq!(count(&mut conn, decisions).await, BATCH);
-        let audit = "SELECT COUNT(*) FROM audit_log";
-        assert_eq!(count(&mut conn, audit).await, BATCH);
     }
 }

@@ -570,9 +570,18 @@ async fn submit_decide_on(
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
     let (mut baselines, mut limits) = limits(args, production.as_ref()).await?;
+    // A Submit that waits is decided as it is stored (`review.at_submission`,
+    // on unless the server's environment turns it off).
+    let at_submission =
+        std::env::var("COUNTERSIGN_REVIEW_AT_SUBMISSION").map_or(true, |v| v.trim() != "false");
+    let path = match load.via {
+        Via::SubmitWait if at_submission => crate::rows_floor::Path::DecidedAsStored,
+        _ => crate::rows_floor::Path::Queued,
+    };
     let rows = crate::rows_floor::measure(
         production.as_ref(),
         &args.server_binary()?,
+        path,
         args.production.pgbench_clients,
         load.clients,
         args.baseline_time,

@@ -5,10 +5,12 @@
 //! its facts with the group's earlier submissions added as the database would
 //! show them once written (queued, or decided), so the group is decided as if
 //! one writer took its submissions one at a time. A submission the review
-//! decides goes in under review and takes its decision before the commit (no
-//! queue entry, no PENDING state to overwrite); one whose review does not
-//! conclude (a route, a model, a panic, facts that could not be read) is
-//! stored PENDING and queued like any other.
+//! decides goes in decided, its decision written beside it before the commit:
+//! no queue entry, and no PENDING or REVIEWING state written only to be
+//! overwritten (its events are still SUBMITTED, then the decision: the
+//! insert's trigger writes both). One whose review does not conclude (a
+//! route, a model, a panic, facts that could not be read) is stored PENDING
+//! and queued like any other.
 
 use std::sync::Arc;
 
@@ -50,13 +52,13 @@ pub(crate) struct Reviewed {
 }
 
 impl Reviewed {
-    /// The state the submission's row goes in with: under review when it is
-    /// decided in this transaction, PENDING (queued) otherwise.
-    pub fn stored_as(&self) -> ProposalState {
-        if self.decided.is_some() {
-            ProposalState::Reviewing
-        } else {
-            ProposalState::Pending
+    /// The state the submission's row goes in with, and when it was decided:
+    /// its decided state when it is decided in this transaction, PENDING
+    /// (queued) otherwise.
+    pub fn stored_as(&self) -> (ProposalState, Option<Millis>) {
+        match &self.decided {
+            Some((decision, next)) => (*next, Some(decision.decided_at)),
+            None => (ProposalState::Pending, None),
         }
     }
 }
@@ -120,10 +122,7 @@ impl InOrder {
         let Submission { new, review } = submission;
         let id = new.id.clone();
         let mut proposal = new.into_pending(id.clone(), now);
-        let (state, decided_at) = match &reviewed.decided {
-            Some((decision, next)) => (*next, Some(decision.decided_at)),
-            None => (ProposalState::Pending, None),
-        };
+        let (state, decided_at) = reviewed.stored_as();
         self.written.push((
             proposal.tenant.clone(),
             OtherOperation {
@@ -154,15 +153,15 @@ impl InOrder {
         proposal
     }
 
-    /// The decisions to write before the commit: each proposal moves from
-    /// under review to its decided state.
+    /// The decisions to write before the commit, each beside a proposal
+    /// stored in its decided state already (no state to change).
     pub fn writes(&self) -> Vec<Write<'_>> {
         self.decided
             .iter()
             .map(|d| Write {
                 key: &d.key,
                 decision: &d.decision,
-                prev: ProposalState::Reviewing,
+                prev: d.next,
                 next: d.next,
                 operator: d.operator.clone(),
             })

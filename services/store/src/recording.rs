@@ -64,7 +64,8 @@ impl Found {
     }
 }
 
-/// A decision to write, and the move its proposal makes.
+/// A decision to write, and the move its proposal makes (none where `prev`
+/// is `next`: the proposal was stored in its decided state, `at_submission`).
 pub(crate) struct Write<'a> {
     pub key: &'a ReviewKey,
     pub decision: &'a Decision,
@@ -155,6 +156,11 @@ pub(crate) fn at_submission(
 }
 
 impl Write<'_> {
+    /// Whether the proposal's state changes with this write.
+    pub fn moves(&self) -> bool {
+        self.prev != self.next
+    }
+
     /// The decision's row as a JSON object, as PostgreSQL reads a batch of them.
     pub fn row(&self) -> serde_json::Value {
         let d = self.decision;

@@ -216,31 +216,32 @@ fn column<'a, T, V>(rows: &'a [T], field: impl Fn(&'a T) -> V) -> Vec<V> {
 }
 
 /// One tenant's proposals in one statement, each in its state (PENDING, or
-/// under review since `now`); their events are written at commit. Answers
+/// decided at its time, reviewed since `now`); their events are written at
+/// commit (migration 0031). Answers
 /// the ids inserted: a submission whose idempotency key is taken is left out.
 async fn insert_rows(
     conn: &mut PgConnection,
     tenant: &str,
     group: &[&Submission],
     rows: &[proposals::NewRow],
-    states: &[ProposalState],
+    states: &[(ProposalState, Option<Millis>)],
     now: Millis,
 ) -> Result<HashSet<String>> {
     let news: Vec<&crate::NewProposal> = group.iter().map(|s| &s.new).collect();
     let inserted: Vec<String> = sqlx::query_scalar(
         "INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator,
              spec_json, spec_digest, idempotency_key, state, submitted_by, created_at, updated_at,
-             trace_parent, submitted_key, submitted_by_person, review_started_at)
+             trace_parent, submitted_key, submitted_by_person, review_started_at, decided_at)
          SELECT n.id, $1, n.action, n.class, n.target, n.blast_radius, n.operator, n.spec_json,
                 n.spec_digest, n.idempotency_key, n.state, n.submitted_by, $2, $2, n.trace_parent,
                 n.submitted_key, n.submitted_by_person,
-                CASE WHEN n.state = 'reviewing' THEN $2 END
+                CASE WHEN n.decided_at IS NOT NULL THEN $2 END, n.decided_at
          FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
                      $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[],
-                     $15::text[], $16::text[])
+                     $15::text[], $16::text[], $17::bigint[])
               WITH ORDINALITY AS n(id, action, class, target, blast_radius, operator, spec_json,
                                    spec_digest, idempotency_key, submitted_by, trace_parent,
-                                   submitted_key, submitted_by_person, state, ord)
+                                   submitted_key, submitted_by_person, state, decided_at, ord)
          ORDER BY n.ord
          ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
          RETURNING id",
@@ -260,7 +261,8 @@ async fn insert_rows(
     .bind(column(&news, |n| n.trace_parent.as_deref()))
     .bind(column(&news, |n| n.submitted_key.as_deref()))
     .bind(column(&news, |n| n.submitted_by_person.as_deref()))
-    .bind(column(states, |s| s.as_str()))
+    .bind(column(states, |(s, _)| s.as_str()))
+    .bind(column(states, |(_, at)| *at))
     .fetch_all(&mut *conn)
     .await?;
     Ok(inserted.into_iter().collect())

@@ -308,7 +308,7 @@ pub const DECIDED_STATES: &str =
 async fn change_states(
     conn: &mut PgConnection,
     tenant: &str,
-    writes: &[Write<'_>],
+    writes: &[&Write<'_>],
     now: Millis,
 ) -> Result<()> {
     let expected = writes.len() as u64;
@@ -395,8 +395,13 @@ pub(super) async fn write_prepared(
     now: Millis,
 ) -> Result<()> {
     for (tenant, writes) in prepared {
+        // A proposal stored in its decided state takes its decision alone.
+        let moves: Vec<&Write<'_>> = writes.iter().filter(|w| w.moves()).collect();
+        if moves.is_empty() {
+            continue;
+        }
         scoped.enter(&mut *conn, tenant).await?;
-        change_states(&mut *conn, tenant, writes, now).await?;
+        change_states(&mut *conn, tenant, &moves, now).await?;
     }
     for (tenant, writes) in prepared {
         scoped.enter(&mut *conn, tenant).await?;

@@ -45,6 +45,7 @@ const EMBEDDED: &[(&str, &str)] = embedded![
     "0024_audit_filters_covered.sql",
     "0025_facts_by_end.sql",
     "0026_decided_at_submission.sql",
+    "0027_decided_as_stored.sql",
 ];
 
 /// Why the schema could not be brought up to date.

@@ -17,30 +17,32 @@ pub type Inserted = Result<(SubmitOutcome, Option<StoreEvent>)>;
 
 /// Inserts one submission if its idempotency key is free, with its SUBMITTED
 /// event and, PENDING, its queue entry by trigger; answers its id if it
-/// inserted it. A submission reviewed in its own transaction goes in under
-/// review (`?16`, since `?17`), with no queue entry. A key taken by an
+/// inserted it. A submission decided in its own transaction goes in decided
+/// (`?16`, at `?18`, its review started at `?17`), with its decision's event
+/// and no queue entry (migration 0027). A key taken by an
 /// earlier proposal (or one earlier in the same group) leaves it out. One
 /// prepared statement bound per submission: no array of the group to encode
 /// and for SQLite to parse again field by field.
 const INSERT_ROW: &str = "
 INSERT INTO proposals (id, tenant, action, class, target, blast_radius, operator, spec_json,
     spec_digest, idempotency_key, state, submitted_by, created_at, updated_at, trace_parent,
-    submitted_key, submitted_by_person, review_started_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?16, ?11, ?12, ?12, ?13, ?14, ?15, ?17)
+    submitted_key, submitted_by_person, review_started_at, decided_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?16, ?11, ?12, ?12, ?13, ?14, ?15, ?17, ?18)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id";
 
-/// Inserts `new` as `id` at `now` in `state` (PENDING, or under review
-/// since `now`): `true` if inserted, `false` if its key was taken.
+/// Inserts `new` as `id` at `now` in `state` (PENDING, or decided at
+/// `decided_at`, reviewed since `now`): `true` if inserted, `false` if its
+/// key was taken.
 fn insert_row(
     conn: &Connection,
     new: &NewProposal,
     id: &str,
     now: Millis,
-    state: ProposalState,
+    (state, decided_at): (ProposalState, Option<Millis>),
 ) -> rusqlite::Result<bool> {
     let key = (!new.spec.idempotency_key.is_empty()).then_some(&new.spec.idempotency_key);
-    let reviewing = state == ProposalState::Reviewing;
+    let reviewed = decided_at.is_some();
     conn.prepare_cached(INSERT_ROW)?
         .query_row(
             params![
@@ -60,7 +62,8 @@ fn insert_row(
                 new.submitted_key,
                 new.submitted_by_person,
                 state.as_str(),
-                reviewing.then_some(now),
+                reviewed.then_some(now),
+                decided_at,
             ],
             |_| Ok(()),
         )

@@ -377,7 +377,8 @@ pub fn record_many(
 /// the breaker trips their rejections cause, in the caller's transaction,
 /// in a handful of statements whatever their number. Each proposal must
 /// still be in the state its write moves it from: if one is not, the
-/// transaction is refused whole (`FailedPrecondition`).
+/// transaction is refused whole (`FailedPrecondition`). A proposal stored in
+/// its decided state (`Write::moves` false) takes its decision alone.
 pub(super) fn write_decisions(
     tx: &Connection,
     writes: &[recording::Write<'_>],
@@ -417,6 +418,9 @@ pub(super) fn write_decisions(
             crate::escalation::votes_json(&d.votes),
             crate::model::review_json(d.model.as_ref()),
         ])?;
+        if !w.moves() {
+            continue;
+        }
         let updated = update.execute(rusqlite::params![
             now,
             w.key.id,
