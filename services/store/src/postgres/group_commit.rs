@@ -14,9 +14,7 @@
 //! own transaction (`at_submission`) reads, under that lock, every earlier
 //! submission of its tenant as committed, and no later one commits before it
 //! is decided: two overlapping operations submitted side by side to two
-//! replicas are decided as if one writer took them in turn. A lane keeps two
-//! groups in flight ([`commit`]): the next reads what its reviews rest on
-//! while the one before holds the lock.
+//! replicas are decided as if one writer took them in turn.
 //!
 //! A database error anywhere in a group rolls the group back and its
 //! submissions are then tried one transaction each, queued for the reviewers,
@@ -26,12 +24,11 @@
 use std::collections::HashSet;
 
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::oneshot;
 
 use super::{proposals, review, scope};
 use crate::at_submission::{self, InOrder};
 use crate::facts;
-use crate::group_commit::{Group, Inserted, Lanes, MAX_GROUP, Submitter, Waiting};
+use crate::group_commit::{Group, Inserted, Lanes, Submitter};
 use crate::recording::Write;
 use crate::types::Submission;
 use crate::{Result, StoreError, StoreEvent, SubmitOutcome};
@@ -39,49 +36,16 @@ use countersign_domain::{Millis, Proposal, ProposalState, gates::ReviewFacts};
 
 /// Starts the committer on the pool.
 pub fn start(pool: PgPool) -> Submitter {
-    Submitter::start(Lanes::PerTenant, move |group, waiting| {
+    Submitter::start(Lanes::PerTenant, move |group, _| {
         let pool = pool.clone();
-        async move { commit(pool, group, waiting).await }
+        async move { commit(&pool, group).await }
     })
 }
 
-/// Commits `group`, and the groups that wait behind it, two at a time: once
-/// a group's transaction holds its tenant's submissions' lock, the next one
-/// starts its own and reads what its reviews rest on (the tenant's policy,
-/// SOPs and targets, which no submission changes) while the first commits,
-/// then waits for the lock; what the lock guards (the other operations,
-/// the rows) it reads and writes only once it holds it.
-async fn commit(pool: PgPool, group: Group, waiting: Waiting) {
-    let mut in_flight = tokio::task::JoinSet::new();
-    let (locked, next_may_start) = oneshot::channel();
-    let mut next = Some(next_may_start);
-    in_flight.spawn(commit_group(pool.clone(), group, locked));
-    loop {
-        tokio::select! {
-            // An error before the lock drops the sender: the next group
-            // starts then too.
-            _ = async { next.as_mut().expect("guarded").await }, if next.is_some() => {
-                next = None;
-                let group = waiting.take(MAX_GROUP);
-                if !group.is_empty() {
-                    let (locked, next_may_start) = oneshot::channel();
-                    next = Some(next_may_start);
-                    in_flight.spawn(commit_group(pool.clone(), group, locked));
-                }
-            }
-            done = in_flight.join_next() => match done {
-                None => return,
-                Some(Err(error)) => tracing::error!(%error, "a submission group's task failed"),
-                Some(Ok(())) => {}
-            },
-        }
-    }
-}
-
 #[tracing::instrument(name = "store.postgres.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-async fn commit_group(pool: PgPool, group: Group, locked: oneshot::Sender<()>) {
+async fn commit(pool: &PgPool, group: Group) {
     let (submissions, replies): (Vec<Submission>, Vec<_>) = group.into_iter().unzip();
-    match together(&pool, &submissions, locked).await {
+    match together(pool, &submissions).await {
         Ok(results) => {
             for (result, reply) in results.into_iter().zip(replies) {
                 let _ = reply.send(result);
@@ -96,18 +60,14 @@ async fn commit_group(pool: PgPool, group: Group, locked: oneshot::Sender<()>) {
                     new: submission.new,
                     review: None,
                 };
-                let _ = reply.send(alone(&pool, &queued).await);
+                let _ = reply.send(alone(pool, &queued).await);
             }
         }
     }
 }
 
 /// The whole group in one transaction; `Err` when it did not commit.
-async fn together(
-    pool: &PgPool,
-    submissions: &[Submission],
-    locked: oneshot::Sender<()>,
-) -> Result<Vec<Inserted>> {
+async fn together(pool: &PgPool, submissions: &[Submission]) -> Result<Vec<Inserted>> {
     let groups = scope::by_tenant(submissions, |s| s.new.tenant.as_str());
     let Some((first, _)) = groups.first() else {
         return Ok(Vec::new());
@@ -119,11 +79,11 @@ async fn together(
     let now = crate::now_ms();
     let mut results: Vec<Option<Inserted>> = (0..submissions.len()).map(|_| None).collect();
     let mut reviews: Vec<(String, InOrder)> = Vec::with_capacity(groups.len());
-    let mut locked = Some(locked);
     for (tenant, indices) in groups {
         scoped.enter(&mut tx, &tenant).await?;
+        proposals::lock_submissions(&mut tx, &tenant).await?;
         let group: Vec<&Submission> = indices.iter().map(|&i| &submissions[i]).collect();
-        let (answers, in_order) = tenant_group(&mut tx, &tenant, &group, now, &mut locked).await?;
+        let (answers, in_order) = tenant_group(&mut tx, &tenant, &group, now).await?;
         for (i, answer) in indices.into_iter().zip(answers) {
             results[i] = Some(answer);
         }
@@ -162,26 +122,24 @@ async fn together(
 async fn alone(pool: &PgPool, submission: &Submission) -> Inserted {
     let tenant = &submission.new.tenant;
     let mut tx = scope::tenant(pool, tenant).await?;
-    let now = crate::now_ms();
-    let (mut answers, _) = tenant_group(&mut tx, tenant, &[submission], now, &mut None).await?;
+    proposals::lock_submissions(&mut tx, tenant).await?;
+    let (mut answers, _) = tenant_group(&mut tx, tenant, &[submission], crate::now_ms()).await?;
     tx.commit().await?;
     answers
         .pop()
         .unwrap_or_else(|| Err(StoreError::Unavailable("not submitted".into())))
 }
 
-/// One tenant's submissions (the transaction in its scope), under its
-/// submissions' lock (taken here, `locked` told once it is held): reviewed
-/// in order where asked, on the facts read before any is written, then
-/// inserted in one statement.
+/// One tenant's submissions (the transaction in its scope, holding its
+/// submissions' lock): reviewed in order where asked, on the facts read
+/// before any is written, then inserted in one statement.
 async fn tenant_group(
     conn: &mut PgConnection,
     tenant: &str,
     group: &[&Submission],
     now: Millis,
-    locked: &mut Option<oneshot::Sender<()>>,
 ) -> Result<(Vec<Inserted>, InOrder)> {
-    let facts = locked_with_facts(conn, tenant, group, now, locked).await?;
+    let facts = facts_of(conn, tenant, group, now).await?;
     let mut in_order = InOrder::default();
     let mut states = Vec::with_capacity(group.len());
     let mut stored = Vec::with_capacity(group.len());
@@ -223,36 +181,26 @@ async fn tenant_group(
     Ok((answers, in_order))
 }
 
-/// Takes the tenant's submissions' lock, and reads the facts of each
-/// submission of a group where any of them asks for a review (every one's:
-/// a reviewed submission may overlap another of the group) before the group
-/// writes anything, each with the proposal it would be; `None` for each where
-/// none does, or whose facts are malformed (its review then leaves it
-/// PENDING). What the reviews rest on but the other operations is read before
-/// the lock (no submission changes it: the group before may still be
-/// committing); the other operations under it, so none committed before is
-/// missed. The reads are planned for their parameters
-/// (`scope::CUSTOM_PLANS`, as the reviewers' are), and the transaction's
-/// later statements once again (`scope::GENERIC_PLANS`).
-async fn locked_with_facts(
+/// The facts of each submission of a group where any of them asks for a
+/// review (every one's: a reviewed submission may overlap another of the
+/// group), read before the group writes anything, each with the proposal it
+/// would be; `None` for each where none does, or whose facts are malformed
+/// (its review then leaves it PENDING). The reads are planned for their
+/// parameters (`scope::CUSTOM_PLANS`, as the reviewers' are), and the
+/// transaction's later statements once again (`scope::GENERIC_PLANS`).
+async fn facts_of(
     conn: &mut PgConnection,
     tenant: &str,
     group: &[&Submission],
     now: Millis,
-    locked: &mut Option<oneshot::Sender<()>>,
 ) -> Result<Vec<Option<(ReviewFacts, Proposal)>>> {
     let Some(proposals) = at_submission::proposals(group.iter().copied(), now) else {
-        lock(conn, tenant, locked).await?;
         return Ok(vec![None; group.len()]);
     };
     scope::plan(&mut *conn, scope::CUSTOM_PLANS).await?;
     let mut batch = facts::Batch::new(&proposals);
     let all: Vec<usize> = (0..proposals.len()).collect();
-    let gathered = review::tenant_reference(&mut *conn, tenant, &all, &mut batch).await?;
-    lock(conn, tenant, locked).await?;
-    if let Some(gathered) = gathered {
-        review::tenant_others(&mut *conn, tenant, &all, gathered, &mut batch).await?;
-    }
+    review::tenant_facts(&mut *conn, tenant, &all, &mut batch).await?;
     scope::plan(&mut *conn, scope::GENERIC_PLANS).await?;
     Ok(batch
         .finish()
@@ -260,19 +208,6 @@ async fn locked_with_facts(
         .zip(proposals)
         .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
         .collect())
-}
-
-/// Takes the tenant's submissions' lock, then lets the next group start.
-async fn lock(
-    conn: &mut PgConnection,
-    tenant: &str,
-    locked: &mut Option<oneshot::Sender<()>>,
-) -> Result<()> {
-    proposals::lock_submissions(conn, tenant).await?;
-    if let Some(locked) = locked.take() {
-        let _ = locked.send(());
-    }
-    Ok(())
 }
 
 /// One field of every row, as the array `unnest` takes.

@@ -433,34 +433,19 @@ pub(super) async fn write_prepared(
 }
 
 /// One tenant's part of a batch's facts (`indices` of the batch's
-/// proposals), the transaction in its scope: [`tenant_reference`], then
-/// [`tenant_others`].
+/// proposals), the transaction in its scope: its policy, its routes and
+/// model profiles, the SOPs of the batch's actions (all of them where it has
+/// a model profile) and its targets in one query each, and the operations
+/// that may run in parallel with any of them in one more.
 pub(super) async fn tenant_facts(
     conn: &mut PgConnection,
     tenant: &str,
     indices: &[usize],
     batch: &mut facts::Batch<'_>,
 ) -> Result<()> {
-    if let Some(gathered) = tenant_reference(&mut *conn, tenant, indices, batch).await? {
-        tenant_others(conn, tenant, indices, gathered, batch).await?;
-    }
-    Ok(())
-}
-
-/// What one tenant's reviews rest on but the other operations: its policy,
-/// its routes and model profiles, the SOPs of the batch's actions (all of
-/// them where it has a model profile) and its targets, in one query each;
-/// `None` where no review needs the other operations (a tenant gone, or
-/// every review's facts malformed).
-pub(super) async fn tenant_reference(
-    conn: &mut PgConnection,
-    tenant: &str,
-    indices: &[usize],
-    batch: &mut facts::Batch<'_>,
-) -> Result<Option<facts::Gathered>> {
     let Some(policy) = tenants::get(&mut *conn, tenant).await?.map(|t| t.policy) else {
         batch.tenant_missing(tenant, indices);
-        return Ok(None);
+        return Ok(());
     };
     let (actions, targets) = batch.keys(indices);
     let route_rows = sqlx::query(&super::routes::list_statement::<Route>())
@@ -495,21 +480,8 @@ pub(super) async fn tenant_reference(
         &route_rows,
         &profile_rows,
     ) else {
-        return Ok(None);
+        return Ok(());
     };
-    Ok(Some(gathered))
-}
-
-/// The operations that may run in parallel with any of one tenant's
-/// reviews (`indices`, whose facts but these `gathered` holds), in one query.
-pub(super) async fn tenant_others(
-    conn: &mut PgConnection,
-    tenant: &str,
-    indices: &[usize],
-    gathered: facts::Gathered,
-    batch: &mut facts::Batch<'_>,
-) -> Result<()> {
-    let (_, targets) = batch.keys(indices);
     let query = candidates_query(gathered.tenant_wide, !gathered.clusters.is_empty());
     let mut candidates = sqlx::query(&query)
         .bind(tenant)
