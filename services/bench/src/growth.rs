@@ -16,6 +16,14 @@ use sqlx::{
 
 const SLICE: u64 = 50_000;
 
+/// A PostgreSQL slice. Each seeded proposal logs two events at commit
+/// (SUBMITTED and its decision), each a bump of the tenant's cursor row, and
+/// a transaction that updates one row n times walks the chain of its n
+/// versions on every update: a slice's commit grows with the square of its
+/// events (50,000 proposals a slice ran one commit for more than six
+/// minutes), so slices stay small.
+const PG_SLICE: u64 = 2_000;
+
 /// When seeded proposal `i` was decided: one per millisecond from here.
 pub fn seeded_at(i: u64) -> i64 {
     let now = std::time::SystemTime::now()
@@ -135,7 +143,7 @@ pub async fn seed_decided_postgres(
     let base = seeded_at(0);
     let mut from = from;
     while from < to {
-        let end = (from + SLICE).min(to);
+        let end = (from + PG_SLICE).min(to);
         let mut tx = conn.begin().await?;
         sqlx::query("SELECT set_config('app.tenant_id', 'default', true)")
             .execute(&mut *tx)

@@ -12,6 +12,7 @@
 //! route, a model, a panic, facts that could not be read) is stored PENDING
 //! and queued like any other.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use countersign_domain::{
@@ -105,7 +106,11 @@ impl InOrder {
                         .filter(|(t, _)| t == tenant)
                         .map(|(_, other)| other),
                 );
-                review.review(&proposal, &facts).and_then(|decision| {
+                // A review that panics leaves its submission to the
+                // reviewers, as one that does not conclude does; the group,
+                // and the committer that runs it, go on.
+                let reviewed = catch_unwind(AssertUnwindSafe(|| review.review(&proposal, &facts)));
+                reviewed.ok().flatten().and_then(|decision| {
                     let next = recording::at_submission(&proposal.id, &decision, &facts)?;
                     Some((decision, next))
                 })

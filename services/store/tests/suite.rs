@@ -2025,6 +2025,55 @@ use escalation::*;
 mod model;
 use model::*;
 
+/// Decides every submission it sees as "review failed", or panics on
+/// the ones whose target is `boom`.
+struct PanicsOnBoom;
+
+impl countersign_store::SubmitReview for PanicsOnBoom {
+    fn review(
+        &self,
+        proposal: &countersign_domain::Proposal,
+        _: &countersign_domain::gates::ReviewFacts,
+    ) -> Option<countersign_domain::Decision> {
+        assert_ne!(proposal.spec.target, "boom", "a review that panics");
+        let stamp = countersign_domain::review::ReviewStamp {
+            reviewer: "t/submit".into(),
+            decided_at: countersign_domain::now_ms(),
+            latency_ms: 0,
+        };
+        Some(countersign_domain::review::failed("no", stamp))
+    }
+
+    fn recorded(&self, _: &countersign_domain::Decision) {}
+}
+
+/// A review at submission that panics leaves its submission PENDING for the
+/// reviewers, and the next submission of the tenant is reviewed as ever:
+/// the committer that ran it serves on.
+async fn a_review_at_submission_that_panics_leaves_it_queued_and_the_store_serving(
+    store: DynStore,
+) {
+    store.create_tenant("t").await.unwrap();
+    let review: std::sync::Arc<dyn countersign_store::SubmitReview> =
+        std::sync::Arc::new(PanicsOnBoom);
+    let mut boom = new_proposal("t", "");
+    boom.spec.target = "boom".into();
+    let queued = store.submit_reviewed(boom, review.clone()).await.unwrap();
+    assert_eq!(queued.proposal().state, ProposalState::Pending);
+    assert!(queued.proposal().decision.is_none());
+    let decided = store
+        .submit_reviewed(new_proposal("t", ""), review)
+        .await
+        .unwrap();
+    assert_eq!(decided.proposal().state, ProposalState::Rejected);
+    let stored = store
+        .get_proposal("t", &decided.proposal().id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.state, ProposalState::Rejected);
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -2118,6 +2167,7 @@ macro_rules! every_store_test {
             console_sessions_are_found_by_hash_revoked_per_tenant_and_pruned_when_expired,
             review_facts_carry_the_whole_sop_catalogue_where_a_model_reviews,
             a_tenants_model_calls_are_capped_per_minute_for_every_caller,
+            a_review_at_submission_that_panics_leaves_it_queued_and_the_store_serving,
         );
     };
 }
