@@ -74,6 +74,25 @@ async fn follow_until_decided(
     seen
 }
 
+/// Puts `id` as an ONLINE production target through `server`, as `admin`.
+async fn put_online_target(server: &crate::production_support::Server, admin: &str, id: &str) {
+    let mut targets = TargetServiceClient::with_interceptor(
+        channel(server).await,
+        BearerAuth::new(admin).unwrap(),
+    );
+    targets
+        .put_target(PutTargetRequest {
+            target: Some(Target {
+                id: id.to_owned(),
+                status: TargetStatus::Online as i32,
+                labels: [("env".to_owned(), "production".to_owned())].into(),
+                updated_at: None,
+            }),
+        })
+        .await
+        .expect("PutTarget");
+}
+
 fn backend<'a>(db: &'a Database, redis: &'a str, prefix: &'a str) -> Backend<'a> {
     Backend {
         database_url: &db.app_url,
@@ -159,23 +178,9 @@ async fn overlapping_waiting_submits_through_two_api_replicas_approve_exactly_on
     let api_b = serve_as(dir.path(), "api-b", "api", &backend, &[]);
     let clients = [client(&api_a, &key).await, client(&api_b, &key).await];
     // Ten ONLINE production targets, one burst on each.
-    let mut targets = TargetServiceClient::with_interceptor(
-        channel(&api_a).await,
-        BearerAuth::new(&admin).unwrap(),
-    );
     let ids: Vec<String> = (10..20).map(|n| format!("node-{n}")).collect();
     for id in &ids {
-        targets
-            .put_target(PutTargetRequest {
-                target: Some(Target {
-                    id: id.clone(),
-                    status: TargetStatus::Online as i32,
-                    labels: [("env".to_owned(), "production".to_owned())].into(),
-                    updated_at: None,
-                }),
-            })
-            .await
-            .expect("PutTarget");
+        put_online_target(&api_a, &admin, id).await;
     }
     for target in &ids {
         let calls = (0..32).map(|n| {
@@ -269,21 +274,7 @@ async fn a_rejection_suppresses_its_retry_on_every_api_replica_even_one_started_
     assert_eq!(late.proposal.unwrap().id, first.id);
 
     // The target becomes known through replica B: the retry is reviewed on A and C.
-    let mut targets = TargetServiceClient::with_interceptor(
-        channel(&api_b).await,
-        BearerAuth::new(&admin).unwrap(),
-    );
-    targets
-        .put_target(PutTargetRequest {
-            target: Some(Target {
-                id: "node-77".into(),
-                status: TargetStatus::Online as i32,
-                labels: [("env".to_owned(), "production".to_owned())].into(),
-                updated_at: None,
-            }),
-        })
-        .await
-        .expect("PutTarget");
+    put_online_target(&api_b, &admin, "node-77").await;
     let reviewed_a = wait_for_suppression(&mut a, "node-77", false).await;
     assert_ne!(reviewed_a.proposal.unwrap().id, first.id);
     let reviewed_c = submit_answer(&mut c, "node-77").await;

@@ -43,6 +43,19 @@ pub(crate) fn proposals<'a>(
     )
 }
 
+/// Each proposal with its facts as read (`None` where they are malformed:
+/// its review then leaves it PENDING).
+pub(crate) fn with_facts(
+    facts: Vec<crate::Result<ReviewFacts>>,
+    proposals: Vec<Proposal>,
+) -> Vec<Option<(ReviewFacts, Proposal)>> {
+    facts
+        .into_iter()
+        .zip(proposals)
+        .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
+        .collect()
+}
+
 /// What the review of one submission concluded, and what a later review of
 /// the group must know of it.
 pub(crate) struct Reviewed {
@@ -50,6 +63,8 @@ pub(crate) struct Reviewed {
     pub decided: Option<(Decision, ProposalState)>,
     /// Its target's cluster, as its facts knew it.
     cluster: Option<String>,
+    /// The proposal its facts were read for (none without facts).
+    proposal: Option<Proposal>,
 }
 
 impl Reviewed {
@@ -96,7 +111,7 @@ impl InOrder {
             .and_then(|f| f.target.as_ref())
             .and_then(|t| t.cluster())
             .map(str::to_owned);
-        let decided = match (&submission.review, facts, proposal) {
+        let decided = match (&submission.review, facts, &proposal) {
             (Some(review), Some(mut facts), Some(proposal)) => {
                 let tenant = &submission.new.tenant;
                 add_blocking(
@@ -109,7 +124,7 @@ impl InOrder {
                 // A review that panics leaves its submission to the
                 // reviewers, as one that does not conclude does; the group,
                 // and the committer that runs it, go on.
-                let reviewed = catch_unwind(AssertUnwindSafe(|| review.review(&proposal, &facts)));
+                let reviewed = catch_unwind(AssertUnwindSafe(|| review.review(proposal, &facts)));
                 reviewed.ok().flatten().and_then(|decision| {
                     let next = recording::at_submission(&proposal.id, &decision, &facts)?;
                     Some((decision, next))
@@ -117,31 +132,41 @@ impl InOrder {
             }
             _ => None,
         };
-        Reviewed { decided, cluster }
+        Reviewed {
+            decided,
+            cluster,
+            proposal,
+        }
     }
 
     /// `submission`, reviewed as `reviewed`, was stored at `now`: the
     /// proposal it is (decided, or PENDING), which later reviews of the
     /// group see.
-    pub fn stored(&mut self, submission: Submission, reviewed: Reviewed, now: Millis) -> Proposal {
-        let Submission { new, review } = submission;
-        let id = new.id.clone();
-        let mut proposal = new.into_pending(id.clone(), now);
+    pub fn stored(&mut self, submission: &Submission, reviewed: Reviewed, now: Millis) -> Proposal {
         let (state, decided_at) = reviewed.stored_as();
+        let Reviewed {
+            decided,
+            cluster,
+            proposal,
+        } = reviewed;
+        let new = &submission.new;
+        let mut proposal =
+            proposal.unwrap_or_else(|| new.clone().into_pending(new.id.clone(), now));
+        let id = proposal.id.clone();
         self.written.push((
             proposal.tenant.clone(),
             OtherOperation {
                 id: id.clone(),
                 action: proposal.spec.action.clone(),
                 target: proposal.spec.target.clone(),
-                target_cluster: reviewed.cluster,
+                target_cluster: cluster,
                 blast_radius: proposal.spec.blast_radius,
                 state,
                 created_at: now,
                 decided_at,
             },
         ));
-        if let (Some((decision, next)), Some(review)) = (reviewed.decided, review) {
+        if let (Some((decision, next)), Some(review)) = (decided, &submission.review) {
             proposal.state = next;
             proposal.decision = Some(decision.clone());
             self.decided.push(Decided {
@@ -152,7 +177,7 @@ impl InOrder {
                 operator: proposal.spec.operator.clone(),
                 decision,
                 next,
-                review,
+                review: review.clone(),
             });
         }
         proposal

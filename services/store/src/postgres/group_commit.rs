@@ -96,11 +96,7 @@ async fn together(pool: &PgPool, submissions: &[Submission]) -> Result<Vec<Inser
         .filter(|(_, writes)| !writes.is_empty())
         .collect();
     if !writes.is_empty() {
-        let prepared: Vec<(&str, &[Write<'_>])> = writes
-            .iter()
-            .map(|(tenant, writes)| (*tenant, writes.as_slice()))
-            .collect();
-        review::write_prepared(&mut tx, &mut scoped, &prepared, now).await?;
+        review::write_prepared(&mut tx, &mut scoped, &writes, now).await?;
     }
     tx.commit().await?;
     for (_, in_order) in &reviews {
@@ -146,11 +142,7 @@ async fn tenant_group(
     for (submission, facts) in group.iter().zip(facts) {
         let reviewed = in_order.review(submission, facts);
         states.push(reviewed.stored_as());
-        let copy = Submission {
-            new: submission.new.clone(),
-            review: submission.review.clone(),
-        };
-        stored.push(in_order.stored(copy, reviewed, now));
+        stored.push(in_order.stored(submission, reviewed, now));
     }
     let rows: Vec<proposals::NewRow> = group
         .iter()
@@ -202,12 +194,7 @@ async fn facts_of(
     let all: Vec<usize> = (0..proposals.len()).collect();
     review::tenant_facts(&mut *conn, tenant, &all, &mut batch).await?;
     scope::plan(&mut *conn, scope::GENERIC_PLANS).await?;
-    Ok(batch
-        .finish()
-        .into_iter()
-        .zip(proposals)
-        .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
-        .collect())
+    Ok(at_submission::with_facts(batch.finish(), proposals))
 }
 
 /// One field of every row, as the array `unnest` takes.

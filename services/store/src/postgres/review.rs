@@ -388,13 +388,21 @@ pub(super) async fn write_decisions(
 /// breaker trips their rejections cause, read under that lock (so a rejection
 /// another transaction committed first is counted), their events after the
 /// rejections' own.
-pub(super) async fn write_prepared(
+pub(super) async fn write_prepared<'w, T, W>(
     conn: &mut PgConnection,
     scoped: &mut scope::TenantScope,
-    prepared: &[(&str, &[Write<'_>])],
+    prepared: &[(T, W)],
     now: Millis,
-) -> Result<()> {
-    for (tenant, writes) in prepared {
+) -> Result<()>
+where
+    T: AsRef<str>,
+    W: AsRef<[Write<'w>]>,
+{
+    let prepared: Vec<(&str, &[Write<'w>])> = prepared
+        .iter()
+        .map(|(tenant, writes)| (tenant.as_ref(), writes.as_ref()))
+        .collect();
+    for &(tenant, writes) in &prepared {
         // A proposal stored in its decided state takes its decision alone.
         let moves: Vec<&Write<'_>> = writes.iter().filter(|w| w.moves()).collect();
         if moves.is_empty() {
@@ -403,7 +411,7 @@ pub(super) async fn write_prepared(
         scoped.enter(&mut *conn, tenant).await?;
         change_states(&mut *conn, tenant, &moves, now).await?;
     }
-    for (tenant, writes) in prepared {
+    for &(tenant, writes) in &prepared {
         scoped.enter(&mut *conn, tenant).await?;
         insert_decisions(&mut *conn, writes).await?;
     }
@@ -411,7 +419,7 @@ pub(super) async fn write_prepared(
     // transaction committed first is counted), and their events go after the
     // rejections' own.
     let mut tripped = Vec::new();
-    for (tenant, writes) in prepared {
+    for &(tenant, writes) in &prepared {
         let rejected = rejected(writes);
         if rejected.is_empty() {
             continue;
@@ -617,10 +625,6 @@ impl Reviews for PostgresStore {
                 prepared.push((tenant, plan.writes));
             }
         }
-        let prepared: Vec<(&str, &[Write<'_>])> = prepared
-            .iter()
-            .map(|(tenant, writes)| (tenant.as_str(), writes.as_slice()))
-            .collect();
         write_prepared(&mut tx, &mut scoped, &prepared, now).await?;
         tx.commit().await?;
         let recorded = items

@@ -151,7 +151,7 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
             out.push(answer(&tx, submission.new, id, now, false));
             continue;
         }
-        let proposal = reviews.stored(submission, reviewed, now);
+        let proposal = reviews.stored(&submission, reviewed, now);
         let event = events::signal(&proposal.tenant, &proposal.id, proposal.state);
         out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
     }
@@ -183,11 +183,7 @@ fn group_facts(
         return none();
     };
     match review::facts_in(tx, &proposals) {
-        Ok(facts) => facts
-            .into_iter()
-            .zip(proposals)
-            .map(|(facts, proposal)| Some((facts.ok()?, proposal)))
-            .collect(),
+        Ok(facts) => at_submission::with_facts(facts, proposals),
         Err(error) => {
             tracing::warn!(%error, "a submission group's facts could not be read; its reviews are queued");
             none()
