@@ -157,6 +157,11 @@ pub struct NoisyArgs {
     /// How long to run.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// How both tenants' clients learn their decisions: the one call the SDKs
+    /// make (`submit-wait`, decided as stored), or `AwaitDecision` after the
+    /// `Submit` (queued for the reviewers).
+    #[arg(long, value_enum, default_value_t = Via::SubmitWait)]
+    pub via: Via,
 }
 
 #[derive(Debug, Clone, Args)]

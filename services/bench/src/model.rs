@@ -30,7 +30,7 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use crate::{
-    BenchArgs, LoadArgs, ModelArgs,
+    BenchArgs, LoadArgs, ModelArgs, Via,
     report::{Machine, Percentiles, Report},
     scenario::{
         MAX_TARGETS, Stop, Tally, backend_name, channel, drive, now_rfc3339, seed, trickle,
@@ -119,6 +119,7 @@ async fn model_on(
             model.trickle_rate,
             Stop::after(model.trickle_alone / 2),
             alone.clone(),
+            Via::Await,
         )
     };
     alone_half().await?;
@@ -334,7 +335,15 @@ async fn trickle_beside(
         over.store(true, Ordering::Relaxed);
         wall
     });
-    let probed = trickle(endpoint, key, model.trickle_rate, stop, tally.clone()).await;
+    let probed = trickle(
+        endpoint,
+        key,
+        model.trickle_rate,
+        stop,
+        tally.clone(),
+        Via::Await,
+    )
+    .await;
     let wall = load.await???;
     probed?;
     Ok(wall)

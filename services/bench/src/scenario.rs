@@ -871,6 +871,7 @@ pub(crate) async fn trickle(
     rate: u64,
     stop: Stop,
     tally: Arc<Mutex<Tally>>,
+    via: Via,
 ) -> anyhow::Result<()> {
     let (endpoint, key) = (endpoint.to_owned(), key.to_owned());
     let (done, finished) = tokio::sync::oneshot::channel();
@@ -882,7 +883,7 @@ pub(crate) async fn trickle(
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|runtime| {
-                    runtime.block_on(trickle_here(&endpoint, &key, rate, stop, tally))
+                    runtime.block_on(trickle_here(&endpoint, &key, rate, stop, tally, via))
                 });
             let _ = done.send(result);
         })?;
@@ -895,6 +896,7 @@ async fn trickle_here(
     rate: u64,
     stop: Stop,
     tally: Arc<Mutex<Tally>>,
+    via: Via,
 ) -> anyhow::Result<()> {
     let client = proposals(endpoint, key).await?;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
@@ -909,7 +911,7 @@ async fn trickle_here(
                 (n, false, MAX_TARGETS),
                 Duration::from_secs(60),
                 &tally,
-                Learn::Await,
+                Learn::new(via, None),
             )
             .await;
         });
@@ -932,6 +934,11 @@ async fn noisy_neighbour_on(
     noisy: &NoisyArgs,
     production: Option<Production>,
 ) -> anyhow::Result<Report> {
+    if noisy.via == Via::Watch {
+        anyhow::bail!(
+            "noisy-neighbour --via: await or submit-wait (watch has no shared board here)"
+        );
+    }
     let started_at = now_rfc3339();
     let backend = backend_name(production.as_ref());
     let server = Server::start_on(args, production)?;
@@ -946,6 +953,7 @@ async fn noisy_neighbour_on(
         noisy.trickle_rate,
         Stop::after(noisy.duration / 2),
         alone.clone(),
+        noisy.via,
     )
     .await?;
 
@@ -960,6 +968,7 @@ async fn noisy_neighbour_on(
         noisy.trickle_rate,
         Stop::after(noisy.duration / 2),
         contended.clone(),
+        noisy.via,
     )
     .await?;
     drop(burners);
@@ -973,7 +982,7 @@ async fn noisy_neighbour_on(
     let mut flooders = tokio::task::JoinSet::new();
     for c in 0..noisy.flood_clients.max(1) {
         let mut client = proposals(&server.endpoint, &flood_key).await?;
-        let (stop, flood) = (stop.clone(), flood.clone());
+        let (stop, flood, via) = (stop.clone(), flood.clone(), noisy.via);
         flooders.spawn(async move {
             let mut n = c * 1_000_000;
             while !stop.load(Ordering::Relaxed) {
@@ -982,7 +991,7 @@ async fn noisy_neighbour_on(
                     (n, false, MAX_TARGETS),
                     Duration::from_secs(60),
                     &flood,
-                    Learn::Await,
+                    Learn::new(via, None),
                 )
                 .await;
                 n += 1;
@@ -995,6 +1004,7 @@ async fn noisy_neighbour_on(
         noisy.trickle_rate,
         Stop::after(noisy.duration),
         flooded.clone(),
+        noisy.via,
     )
     .await?;
     stop.store(true, Ordering::Relaxed);
@@ -1019,7 +1029,7 @@ async fn noisy_neighbour_on(
         params: json!({
             "flood_clients": noisy.flood_clients, "trickle_rate": noisy.trickle_rate,
             "duration_s": noisy.duration.as_secs_f64(), "reviewers": args.reviewers,
-            "backend": backend, "spinning_threads": cores,
+            "backend": backend, "spinning_threads": cores, "via": noisy.via,
         }),
         duration_s: wall.as_secs_f64(),
         throughput_per_s: flood_rate,

@@ -32,8 +32,9 @@ pub use traits::{
 };
 pub use types::{
     ApiKeyRecord, BeginReview, BootstrapKey, BreakerReset, ConsoleSession, EscalationRecord,
-    NewApiKey, NewProposal, OverdueReview, RecentRejection, RecordOutcome, StoreEvent,
-    SubmitOutcome, SubmitReview, Tenant, Voted, check_policy, validate_tenant_name,
+    EventHead, NewApiKey, NewProposal, OverdueReview, Pick, PickedPage, RecentRejection,
+    RecordOutcome, StoreEvent, SubmitOutcome, SubmitReview, Tenant, Voted, check_policy,
+    validate_tenant_name,
 };
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -274,6 +274,32 @@ pub fn validate_tenant_name(name: &str) -> Result<(), StoreError> {
     }
 }
 
+/// What the log says of an event before it is read whole: enough to tell
+/// whether anyone in a process needs it ([`crate::EventLog::events_picked`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventHead {
+    /// The place in the whole log.
+    pub position: u64,
+    pub tenant: String,
+    pub proposal_id: String,
+    pub kind: countersign_domain::EventKind,
+}
+
+/// Which events a read by heads takes whole.
+pub type Pick = std::sync::Arc<dyn Fn(&EventHead) -> bool + Send + Sync>;
+
+/// A page of the log read by heads: the events picked, read whole, in log
+/// order, and how far the page examined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickedPage {
+    pub events: Vec<countersign_domain::Event>,
+    /// Heads read (the page is full when this is the limit).
+    pub examined: u32,
+    /// The last head's position (`after` when there was none): every event
+    /// up to it was examined.
+    pub through: u64,
+}
+
 /// A state change, published in this process after it commits: a wake-up
 /// signal. The `events` table (written by the database in the same transaction
 /// as the change) is the record, with its cursors.

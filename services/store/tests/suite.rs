@@ -571,6 +571,78 @@ pub async fn events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_
     );
 }
 
+/// A read by heads gives exactly the picked events, whole and as
+/// `events_after` gives them (a decided proposal with its decision), says how
+/// far it examined, and pages by heads, not by picked events.
+pub async fn a_read_by_heads_gives_the_picked_events_whole_and_how_far_it_looked(store: DynStore) {
+    store.create_tenant("a").await.unwrap();
+    store.create_tenant("b").await.unwrap();
+    let first = store.insert_proposal(new_proposal("a", "")).await.unwrap();
+    let first = first.proposal().clone();
+    store.insert_proposal(new_proposal("b", "")).await.unwrap();
+    begin_review(&store, "a", &first.id).await.unwrap();
+    let rejection = fixtures::rejection(&first.spec, "target_state");
+    store
+        .record_decision("a", &first.id, rejection)
+        .await
+        .unwrap();
+    let all = store.events_after(0, None, 100).await.unwrap();
+    let last = all.last().unwrap().position;
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    let rejections: countersign_store::Pick = std::sync::Arc::new(move |head| {
+        heads.lock().unwrap().push(head.clone());
+        head.kind == EventKind::Rejected
+    });
+    let page = store.events_picked(0, 100, rejections).await.unwrap();
+    let rejected: Vec<_> = all
+        .iter()
+        .filter(|e| e.kind == EventKind::Rejected)
+        .cloned()
+        .collect();
+    assert_eq!(rejected.len(), 1);
+    assert!(rejected[0].proposal.decision.is_some());
+    assert_eq!(
+        page.events, rejected,
+        "picked, whole, as events_after reads them"
+    );
+    assert_eq!((page.examined, page.through), (all.len() as u32, last));
+    let heads: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| (h.position, h.tenant.clone(), h.proposal_id.clone(), h.kind))
+        .collect();
+    let expected: Vec<_> = all
+        .iter()
+        .map(|e| {
+            (
+                e.position,
+                e.tenant().to_owned(),
+                e.proposal.id.clone(),
+                e.kind,
+            )
+        })
+        .collect();
+    assert_eq!(heads, expected, "every head, in log order");
+
+    let none: countersign_store::Pick = std::sync::Arc::new(|_| false);
+    let first_two = store.events_picked(0, 2, none.clone()).await.unwrap();
+    assert!(first_two.events.is_empty());
+    assert_eq!(
+        (first_two.examined, first_two.through),
+        (2, all[1].position)
+    );
+    let rest = store
+        .events_picked(first_two.through, 100, none.clone())
+        .await
+        .unwrap();
+    assert_eq!((rest.examined, rest.through), (all.len() as u32 - 2, last));
+    let past = store.events_picked(last, 100, none).await.unwrap();
+    assert_eq!((past.examined, past.through), (0, last));
+}
+
 pub async fn pruning_moves_the_horizon_and_keeps_newer_events(store: DynStore) {
     store.create_tenant("a").await.unwrap();
     for _ in 0..3 {
@@ -2120,6 +2192,7 @@ macro_rules! every_store_test {
             an_approval_blocks_overlapping_operations_for_the_window,
             an_approval_whose_sop_was_retired_before_commit_is_stale,
             events_are_read_in_cursor_order_per_tenant_with_the_proposal_as_it_was,
+            a_read_by_heads_gives_the_picked_events_whole_and_how_far_it_looked,
             pruning_moves_the_horizon_and_keeps_newer_events,
             each_tenant_numbers_its_own_events_one_by_one_whatever_another_writes,
             pruning_keeps_each_tenants_numbering_and_moves_its_own_horizon,

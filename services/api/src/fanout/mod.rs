@@ -15,6 +15,7 @@ use std::{
     time::Duration,
 };
 
+use countersign_store::{EventHead, Pick};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -67,8 +68,12 @@ pub struct Fanout {
     inner: Arc<Inner>,
 }
 
-/// Sees every event the pump publishes, before any watcher does.
+/// Sees the events the pump publishes, before any watcher does: while no
+/// stream watches, only the kinds it [`observes`](Observer::observes) are
+/// sure to reach it.
 pub trait Observer: Send + Sync {
+    /// Whether events of `kind` matter to it.
+    fn observes(&self, kind: countersign_domain::EventKind) -> bool;
     fn observe(&self, event: &countersign_domain::Event);
 }
 
@@ -117,6 +122,18 @@ impl Fanout {
     /// published while the waiter lives.
     pub fn await_end(&self, tenant: &str, id: &str) -> Waiter {
         self.inner.waiters.register(tenant, id)
+    }
+
+    /// Which events this process needs while no stream watches: the kinds an
+    /// observer reads, and the ends of the proposals a call awaits (consulted
+    /// as each page of heads is read).
+    pub fn pick(&self) -> Pick {
+        let inner = self.inner.clone();
+        Arc::new(move |head: &EventHead| {
+            inner.observers.iter().any(|o| o.observes(head.kind))
+                || (head.kind.is_terminal()
+                    && inner.waiters.waits_for(&head.tenant, &head.proposal_id))
+        })
     }
 
     /// Ends every stream (server shutdown).

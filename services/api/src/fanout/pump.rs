@@ -154,8 +154,14 @@ async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bo
     }
 }
 
-/// Publishes every event after log position `position`, in order; returns
-/// the new position.
+/// Publishes the events after log position `position` that someone in the
+/// process needs, in order; returns the new position. While a stream watches,
+/// that is every event. While none does, the log is read by heads and only
+/// what an observer or an awaiting call needs is read whole
+/// ([`Fanout::pick`]): a decision answered to its submitter, with no one
+/// else waiting, is not read back at all. A stream that starts watching
+/// during such a read may have replayed the log before the read's heads were
+/// committed; the page is then read again, whole.
 async fn drain(
     fanout: &Fanout,
     store: &dyn EventLog,
@@ -163,15 +169,29 @@ async fn drain(
     mut position: u64,
 ) -> u64 {
     loop {
-        match store.events_after(position, None, PAGE).await {
-            Ok(events) => {
-                let full = events.len() as u32 == PAGE;
+        let read = if fanout.has_watchers() {
+            store
+                .events_after(position, None, PAGE)
+                .await
+                .map(|events| {
+                    let examined = events.len() as u32;
+                    let through = events.last().map_or(position, |e| e.position);
+                    (events, examined, through)
+                })
+        } else {
+            match store.events_picked(position, PAGE, fanout.pick()).await {
+                Ok(_) if fanout.has_watchers() => continue,
+                read => read.map(|page| (page.events, page.examined, page.through)),
+            }
+        };
+        match read {
+            Ok((events, examined, through)) => {
                 for event in events {
-                    position = event.position;
                     let waiting = waiting_for(escalations, &event).await;
                     fanout.publish(Arc::new(Published::waiting(event, waiting)));
                 }
-                if !full {
+                position = through;
+                if examined < PAGE {
                     return position;
                 }
             }
@@ -191,5 +211,100 @@ async fn prune_expired(store: &dyn EventLog, retention: Duration) {
         Ok(0) => {}
         Ok(pruned) => tracing::info!(pruned, "pruned events past retention"),
         Err(error) => tracing::warn!(%error, "pruning events failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use countersign_domain::{Event, EventKind};
+    use countersign_store::{Proposals, ReviewKey, Reviews, Tenants};
+    use countersign_test_support::fixtures;
+
+    use super::*;
+    use crate::fanout::Observer;
+
+    /// Records every event it is shown; reads rejections.
+    #[derive(Default)]
+    struct Shown(Mutex<Vec<(String, EventKind)>>);
+
+    impl Observer for Shown {
+        fn observes(&self, kind: EventKind) -> bool {
+            kind == EventKind::Rejected
+        }
+
+        fn observe(&self, event: &Event) {
+            let mut shown = self.0.lock().unwrap();
+            shown.push((event.proposal.id.clone(), event.kind));
+        }
+    }
+
+    async fn submitted(store: &countersign_store::SqliteStore) -> String {
+        let new = fixtures::new_proposal("a", fixtures::spec());
+        store
+            .insert_proposal(new)
+            .await
+            .unwrap()
+            .proposal()
+            .id
+            .clone()
+    }
+
+    /// With no stream watching, the pump reads whole only the events an
+    /// observer reads and the ends a call awaits, and still moves past every
+    /// event; once a stream watches, it publishes every event again.
+    #[tokio::test]
+    async fn with_no_stream_watching_only_what_someone_needs_is_read_whole() {
+        let (store, _dir) = countersign_test_support::sqlite::store().await;
+        let store = Arc::new(store);
+        store.create_tenant("a").await.unwrap();
+        let shown = Arc::new(Shown::default());
+        let fanout = Fanout::new(64, vec![shown.clone()]);
+
+        let rejected = submitted(&store).await;
+        let key = ReviewKey {
+            tenant: "a".into(),
+            id: rejected.clone(),
+        };
+        store.begin_reviews(&[key]).await.unwrap();
+        let rejection = fixtures::rejection(&fixtures::spec(), "target_state");
+        store
+            .record_decision("a", &rejected, rejection)
+            .await
+            .unwrap();
+        let awaited = submitted(&store).await;
+        let waiter = fanout.await_end("a", &awaited);
+        let unwatched = submitted(&store).await;
+        for id in [&awaited, &unwatched] {
+            store.cancel_proposal("a", id, "no", None).await.unwrap();
+        }
+
+        let latest = store.event_horizon(None).await.unwrap().latest;
+        let position = drain(&fanout, &*store, &*store, 0).await;
+        assert_eq!(position, latest, "past every event, read whole or not");
+        assert_eq!(
+            *shown.0.lock().unwrap(),
+            [
+                (rejected.clone(), EventKind::Rejected),
+                (awaited.clone(), EventKind::Cancelled)
+            ],
+            "the rejection an observer reads and the end a call awaits, nothing else"
+        );
+        let ended = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the awaited end is published")
+            .expect("the waiter is woken");
+        assert_eq!(ended.event.proposal.id, awaited);
+        assert_eq!(ended.event.kind, EventKind::Cancelled);
+
+        let mut watching = fanout.subscribe("a");
+        let next = submitted(&store).await;
+        drain(&fanout, &*store, &*store, position).await;
+        let published = watching.try_recv().expect("a watcher gets every event");
+        assert_eq!(
+            (published.event.proposal.id.as_str(), published.event.kind),
+            (next.as_str(), EventKind::Submitted)
+        );
     }
 }

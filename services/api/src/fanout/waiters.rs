@@ -50,6 +50,15 @@ impl Registry {
         }
     }
 
+    /// Whether a call awaits proposal `id` of `tenant` now.
+    pub fn waits_for(&self, tenant: &str, id: &str) -> bool {
+        self.inner
+            .waiting
+            .lock()
+            .expect("waiters lock")
+            .contains_key(&(tenant.to_owned(), id.to_owned()))
+    }
+
     pub fn wake(&self, published: &Arc<Published>) {
         let key = (
             published.event.tenant().to_owned(),

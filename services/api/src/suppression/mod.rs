@@ -258,17 +258,21 @@ impl Suppression {
         counter.increment(1);
     }
 
+    /// The events it learns from: rejections, and the breaker's trips.
+    pub fn observes(kind: EventKind) -> bool {
+        matches!(kind, EventKind::Rejected | EventKind::BreakerTripped)
+    }
+
     /// Learns from one published event: rejections feed the cache and the
-    /// operator's breaker.
+    /// operator's breaker; a trip is counted.
     pub fn observe(&self, event: &Event) {
-        match event.kind {
-            EventKind::Rejected => {}
-            EventKind::BreakerTripped => {
-                metrics::counter!("countersign_breaker_trips_total", "tenant" => event.tenant().to_owned())
-                    .increment(1);
-                return;
-            }
-            _ => return,
+        if !Suppression::observes(event.kind) {
+            return;
+        }
+        if event.kind == EventKind::BreakerTripped {
+            metrics::counter!("countersign_breaker_trips_total", "tenant" => event.tenant().to_owned())
+                .increment(1);
+            return;
         }
         let proposal = &event.proposal;
         let Some(decision) = &proposal.decision else {
@@ -469,6 +473,10 @@ impl Suppression {
 }
 
 impl crate::fanout::Observer for Suppression {
+    fn observes(&self, kind: EventKind) -> bool {
+        Suppression::observes(kind)
+    }
+
     fn observe(&self, event: &Event) {
         Suppression::observe(self, event);
     }

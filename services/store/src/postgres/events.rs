@@ -4,11 +4,11 @@
 
 use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis};
-use sqlx::{PgPool, Row};
+use sqlx::{PgPool, Row, postgres::PgRow};
 
 use super::{PostgresStore, scope};
 use crate::{
-    EventLog, Result,
+    EventHead, EventLog, Pick, PickedPage, Result, StoreError,
     rows::{Prefixed, decision_from_row},
 };
 
@@ -36,6 +36,32 @@ pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
     } else {
         ("", "cursor")
     };
+    events_query(
+        &format!(
+            "SELECT * FROM events e WHERE {tenant}e.{order} > $1 ORDER BY e.{order} LIMIT {limit}"
+        ),
+        order,
+    )
+}
+
+/// Every tenant's event heads past log position `$1` (the fan-out's first
+/// look; system scope), the limit written into the text as above.
+fn heads_after_query(limit: u32) -> String {
+    format!(
+        "SELECT cursor, tenant, proposal_id, kind FROM events WHERE cursor > $1
+         ORDER BY cursor LIMIT {limit}"
+    )
+}
+
+/// The events at the log positions `$1`, whole, read as [`events_after_query`]
+/// reads a page.
+fn events_at_query() -> String {
+    events_query("SELECT * FROM events e WHERE e.cursor = ANY($1)", "cursor")
+}
+
+/// The events `window` selects (as `e`), each with its proposal and decision
+/// by key, in `order`.
+fn events_query(window: &str, order: &str) -> String {
     let decision = DECISION_COLUMNS
         .iter()
         .map(|c| format!("d.{c} AS d_{c}"))
@@ -44,14 +70,27 @@ pub fn events_after_query(one_tenant: bool, limit: u32) -> String {
     format!(
         "SELECT e.cursor AS ev_position, e.tenant_cursor AS ev_cursor, e.kind AS ev_kind,
                 e.state AS ev_state, e.created_at AS ev_at, p.*, d.*
-         FROM (SELECT * FROM events e WHERE {tenant}e.{order} > $1
-               ORDER BY e.{order} LIMIT {limit}) AS e
+         FROM ({window}) AS e
          CROSS JOIN LATERAL (SELECT * FROM proposals p WHERE p.id = e.proposal_id
                              AND p.tenant IS NOT DISTINCT FROM e.tenant LIMIT 1) AS p
          LEFT JOIN LATERAL (SELECT {decision} FROM decisions d WHERE d.proposal_id = p.id
                             AND d.tenant IS NOT DISTINCT FROM p.tenant LIMIT 1) AS d ON true
          ORDER BY e.{order}"
     )
+}
+
+/// Each row of [`events_query`] as its event, the decision on a decided proposal.
+fn events_from_rows(rows: &[PgRow]) -> Result<Vec<Event>> {
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut proposal = crate::rows::proposal_from_row(row)?;
+        let decided: Option<String> = row.try_get("d_proposal_id")?;
+        if proposal.state.is_terminal() && decided.is_some() {
+            proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
+        }
+        events.push(crate::rows::event_from_row(row, proposal)?);
+    }
+    Ok(events)
 }
 
 /// The `decisions` columns a decision is read from.
@@ -146,16 +185,49 @@ impl EventLog for PostgresStore {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        let mut events = Vec::with_capacity(rows.len());
+        events_from_rows(&rows)
+    }
+
+    /// The heads and the picked events in one transaction (system scope).
+    #[tracing::instrument(name = "store.postgres.events_picked", skip(self, pick))]
+    async fn events_picked(&self, after: u64, limit: u32, pick: Pick) -> Result<PickedPage> {
+        let mut tx = scope::system_planned_once(&self.pool).await?;
+        let rows = sqlx::query(&heads_after_query(limit))
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut heads = Vec::with_capacity(rows.len());
         for row in &rows {
-            let mut proposal = crate::rows::proposal_from_row(row)?;
-            let decided: Option<String> = row.try_get("d_proposal_id")?;
-            if proposal.state.is_terminal() && decided.is_some() {
-                proposal.decision = Some(decision_from_row(&Prefixed(row, "d_"))?);
-            }
-            events.push(crate::rows::event_from_row(row, proposal)?);
+            let kind: String = row.try_get("kind")?;
+            heads.push(EventHead {
+                position: row.try_get::<i64, _>("cursor")? as u64,
+                tenant: row.try_get("tenant")?,
+                proposal_id: row.try_get("proposal_id")?,
+                kind: kind
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("event kind {kind}: {e}")))?,
+            });
         }
-        Ok(events)
+        let through = heads.last().map_or(after, |h| h.position);
+        let picked: Vec<i64> = heads
+            .iter()
+            .filter(|h| pick(h))
+            .map(|h| h.position as i64)
+            .collect();
+        let mut events = Vec::new();
+        if !picked.is_empty() {
+            let rows = sqlx::query(&events_at_query())
+                .bind(&picked)
+                .fetch_all(&mut *tx)
+                .await?;
+            events = events_from_rows(&rows)?;
+        }
+        tx.commit().await?;
+        Ok(PickedPage {
+            events,
+            examined: heads.len() as u32,
+            through,
+        })
     }
 
     /// The newest committed cursor (kept by the retention mark once every event

@@ -6,7 +6,7 @@ use super::SqliteStore;
 use tokio::sync::broadcast;
 
 use crate::rows::{Columns, Named, NamedRows};
-use crate::{Changes, EventLog, Result, StoreError, StoreEvent};
+use crate::{Changes, EventHead, EventLog, Pick, PickedPage, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
 pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEvent {
@@ -24,7 +24,17 @@ const AFTER_TENANT: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS e
      FROM events e CROSS JOIN proposals p ON p.id = e.proposal_id
      WHERE e.tenant = ? AND e.tenant_cursor > ? ORDER BY e.tenant_cursor LIMIT ?";
 
-/// One event row ([`AFTER_ALL`], [`AFTER_TENANT`]) with its proposal.
+/// Every tenant's event heads past a log position (the fan-out's first look).
+const HEADS_AFTER: &str = "SELECT cursor, tenant, proposal_id, kind FROM events
+     WHERE cursor > ? ORDER BY cursor LIMIT ?";
+/// The events at the log positions of a JSON array, whole.
+const AT_POSITIONS: &str = "SELECT e.cursor AS ev_position, e.tenant_cursor AS ev_cursor,
+        e.kind AS ev_kind, e.state AS ev_state, e.created_at AS ev_at, p.*
+     FROM json_each(?) AS j CROSS JOIN events e ON e.cursor = j.value
+     CROSS JOIN proposals p ON p.id = e.proposal_id
+     ORDER BY e.cursor";
+
+/// One event row ([`AFTER_ALL`], [`AFTER_TENANT`], [`AT_POSITIONS`]) with its proposal.
 fn event_from_row(row: &Named<'_, '_>) -> Result<Event> {
     crate::rows::event_from_row(row, crate::rows::proposal_from_row(row)?)
 }
@@ -49,6 +59,58 @@ pub fn events_after(
             .prepare_cached(AFTER_ALL)?
             .named_rows(params![after, limit], event_from_row)?,
     };
+    with_decisions(&tx, &mut events)?;
+    Ok(events)
+}
+
+/// Every tenant's next `limit` event heads after log position `after`, and
+/// the events `pick` takes among them, whole; one read transaction.
+#[tracing::instrument(name = "store.sqlite.events_picked", skip(conn, pick))]
+pub fn events_picked(
+    conn: &mut Connection,
+    after: u64,
+    limit: u32,
+    pick: &Pick,
+) -> Result<PickedPage> {
+    let tx = conn.transaction()?;
+    let heads = tx.prepare_cached(HEADS_AFTER)?.named_rows(
+        params![i64::try_from(after).unwrap_or(i64::MAX), limit],
+        |row| {
+            let kind = row.text("kind")?;
+            Ok(EventHead {
+                position: row.int("cursor")? as u64,
+                tenant: row.text("tenant")?,
+                proposal_id: row.text("proposal_id")?,
+                kind: kind
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("event kind {kind}: {e}")))?,
+            })
+        },
+    )?;
+    let through = heads.last().map_or(after, |h| h.position);
+    let picked: Vec<u64> = heads
+        .iter()
+        .filter(|h| pick(h))
+        .map(|h| h.position)
+        .collect();
+    let mut events = Vec::new();
+    if !picked.is_empty() {
+        let positions =
+            serde_json::to_string(&picked).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        events = tx
+            .prepare_cached(AT_POSITIONS)?
+            .named_rows([positions], event_from_row)?;
+        with_decisions(&tx, &mut events)?;
+    }
+    Ok(PickedPage {
+        events,
+        examined: heads.len() as u32,
+        through,
+    })
+}
+
+/// Gives each event of a decided proposal its decision, read by key.
+fn with_decisions(tx: &rusqlite::Transaction<'_>, events: &mut [Event]) -> Result<()> {
     let ended: Vec<&str> = events
         .iter()
         .filter(|e| e.proposal.state.is_terminal())
@@ -75,7 +137,7 @@ pub fn events_after(
             event.proposal.decision = decisions.get(&event.proposal.id).cloned();
         }
     }
-    Ok(events)
+    Ok(())
 }
 
 /// What `tenant`'s part of the log holds, in its own cursors (see
@@ -167,6 +229,11 @@ impl EventLog for SqliteStore {
     ) -> Result<Vec<Event>> {
         let tenant = tenant.map(str::to_owned);
         self.read(move |conn| events_after(conn, after, tenant.as_deref(), limit))
+            .await
+    }
+
+    async fn events_picked(&self, after: u64, limit: u32, pick: Pick) -> Result<PickedPage> {
+        self.read(move |conn| events_picked(conn, after, limit, &pick))
             .await
     }
 

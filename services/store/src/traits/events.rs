@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use countersign_domain::{Event, EventHorizon, Millis};
 use tokio::sync::broadcast;
 
-use crate::{Result, StoreEvent};
+use crate::{Pick, PickedPage, Result, StoreEvent};
 
 /// State changes as they commit in this process: a wake-up signal for the
 /// tasks that follow the store (the events table is the record).
@@ -23,6 +23,14 @@ pub trait EventLog: Changes {
         tenant: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Event>>;
+    /// Every tenant's next up to `limit` events after log position `after`,
+    /// in one read: their heads first (position, tenant, proposal, kind),
+    /// then whole, each with its proposal, the events `pick` takes, in log
+    /// order. `pick` runs after the heads are read, so what it consults
+    /// (who waits for what) is no older than the page. The fan-out's read
+    /// while no stream watches, when most events concern no one in the
+    /// process.
+    async fn events_picked(&self, after: u64, limit: u32, pick: Pick) -> Result<PickedPage>;
     /// How far the log reaches back, and its newest: `tenant`'s part in its
     /// own cursors, or (`None`) the whole log in positions.
     async fn event_horizon(&self, tenant: Option<&str>) -> Result<EventHorizon>;
