@@ -6,7 +6,7 @@ use countersign_store::postgres::{
     BEGIN_REVIEWS, BREAKER_REJECTIONS, DECIDED_STATES, ESCALATIONS_DUE, IN_COMMIT_ORDER,
     LOCK_FOR_DECISION, LOCK_FOR_DECISIONS, NEXT_DECISIONS, NEXT_ESCALATION_EXPIRY,
     OPEN_ESCALATIONS_BY_TENANT, OPEN_ESCALATIONS_PAGE, OVERDUE, PROPOSAL_BY_KEY, VOTE_EVENTS_AFTER,
-    VOTES_ON_PROPOSALS, candidates_query, events_after_query,
+    VOTES_ON_PROPOSALS, candidates_query, events_after_query, events_at_query,
 };
 use countersign_store::{Escalations, PostgresStore};
 use countersign_test_support::postgres::TestDatabase;
@@ -430,6 +430,7 @@ async fn review_batches_read_by_key_as_acme_grows(
         .join(", ");
     let batch_of = |value: &str| vec![value; 16].join(", ");
     let fan_out = events_after_query(false, 256);
+    let picked = events_at_query();
     let cases = [
         (
             "begin",
@@ -457,6 +458,12 @@ async fn review_batches_read_by_key_as_acme_grows(
             ),
         ),
         ("fan_out", "", fan_out.as_str(), "2990".to_owned()),
+        (
+            "fan_out_picked",
+            "",
+            picked.as_str(),
+            "ARRAY[2990, 2995]::bigint[]".to_owned(),
+        ),
     ];
     let generic = "force_generic_plan";
     for (name, tenant, sql, args) in &cases {
@@ -484,7 +491,7 @@ async fn review_batches_read_by_key_as_acme_grows(
                 // The update finds each locked row by its address.
                 assert!(plan.contains("Tid Scan on proposals"), "{sql}\n{plan}");
             }
-            if *name == "fan_out" {
+            if ["fan_out", "fan_out_picked"].contains(name) {
                 assert!(
                     plan.contains("using decisions_pkey on decisions"),
                     "{sql}\n{plan}"

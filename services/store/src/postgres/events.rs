@@ -55,7 +55,8 @@ fn heads_after_query(limit: u32) -> String {
 
 /// The events at the log positions `$1`, whole, read as [`events_after_query`]
 /// reads a page.
-fn events_at_query() -> String {
+#[doc(hidden)]
+pub fn events_at_query() -> String {
     events_query("SELECT * FROM events e WHERE e.cursor = ANY($1)", "cursor")
 }
 

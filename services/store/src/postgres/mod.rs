@@ -19,7 +19,7 @@ pub use escalations::{
 };
 mod events;
 #[doc(hidden)]
-pub use events::events_after_query;
+pub use events::{events_after_query, events_at_query};
 mod group_commit;
 mod keys;
 mod model_calls;
