@@ -11,7 +11,10 @@ mod waiters;
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -81,9 +84,22 @@ struct Inner {
     ring: usize,
     observers: Vec<Arc<dyn Observer>>,
     tenants: Mutex<HashMap<String, broadcast::Sender<Arc<Published>>>>,
+    /// Streams that have subscribed, ever: a read by heads that saw it move
+    /// may have left out events a new stream's replay did not reach.
+    subscribed: AtomicU64,
     waiters: waiters::Registry,
     /// Cancelled by [`Fanout::close`]: every stream ends, and the pump stops.
     closing: CancellationToken,
+}
+
+impl Inner {
+    /// Whether a stream watches `tenant` now.
+    fn watched(&self, tenant: &str) -> bool {
+        let tenants = self.tenants.lock().expect("fanout lock");
+        tenants
+            .get(tenant)
+            .is_some_and(|sender| sender.receiver_count() > 0)
+    }
 }
 
 impl Fanout {
@@ -93,6 +109,7 @@ impl Fanout {
                 ring: ring.max(1),
                 observers,
                 tenants: Mutex::new(HashMap::new()),
+                subscribed: AtomicU64::new(0),
                 waiters: waiters::Registry::default(),
                 closing: CancellationToken::new(),
             }),
@@ -102,6 +119,7 @@ impl Fanout {
     /// Every event of `tenant` published from now on.
     pub fn subscribe(&self, tenant: &str) -> broadcast::Receiver<Arc<Published>> {
         let mut tenants = self.inner.tenants.lock().expect("fanout lock");
+        self.inner.subscribed.fetch_add(1, Ordering::SeqCst);
         match tenants.get(tenant) {
             Some(sender) => sender.subscribe(),
             None => {
@@ -118,21 +136,27 @@ impl Fanout {
         tenants.values().any(|sender| sender.receiver_count() > 0)
     }
 
+    /// How many streams have subscribed so far.
+    pub fn subscriptions(&self) -> u64 {
+        self.inner.subscribed.load(Ordering::SeqCst)
+    }
+
     /// Resolves with the event that ends proposal `id` of `tenant`, if it is
     /// published while the waiter lives.
     pub fn await_end(&self, tenant: &str, id: &str) -> Waiter {
         self.inner.waiters.register(tenant, id)
     }
 
-    /// Which events this process needs while no stream watches: the kinds an
-    /// observer reads, and the ends of the proposals a call awaits (consulted
-    /// as each page of heads is read).
+    /// Which events this process needs: every event of a tenant a stream
+    /// watches, the kinds an observer reads, and the ends of the proposals a
+    /// call awaits (consulted as each page of heads is read).
     pub fn pick(&self) -> Pick {
         let inner = self.inner.clone();
         Arc::new(move |head: &EventHead| {
             inner.observers.iter().any(|o| o.observes(head.kind))
                 || (head.kind.is_terminal()
                     && inner.waiters.waits_for(&head.tenant, &head.proposal_id))
+                || inner.watched(&head.tenant)
         })
     }
 

@@ -155,13 +155,13 @@ async fn next_remote(remote: &mut Option<broadcast::Receiver<PeerSignal>>) -> bo
 }
 
 /// Publishes the events after log position `position` that someone in the
-/// process needs, in order; returns the new position. While a stream watches,
-/// that is every event. While none does, the log is read by heads and only
-/// what an observer or an awaiting call needs is read whole
-/// ([`Fanout::pick`]): a decision answered to its submitter, with no one
-/// else waiting, is not read back at all. A stream that starts watching
-/// during such a read may have replayed the log before the read's heads were
-/// committed; the page is then read again, whole.
+/// process needs, in order; returns the new position. The log is read by
+/// heads, and only what someone needs is read whole ([`Fanout::pick`]): the
+/// events of a tenant a stream watches, what an observer reads, the ends of
+/// proposals a call awaits. A decision answered to its submitter, that no
+/// one else waits for or watches, is not read back at all. A stream that
+/// subscribed during the read may have replayed the log before the page's
+/// heads were committed: the page is then read again, whole.
 async fn drain(
     fanout: &Fanout,
     store: &dyn EventLog,
@@ -169,20 +169,17 @@ async fn drain(
     mut position: u64,
 ) -> u64 {
     loop {
-        let read = if fanout.has_watchers() {
-            store
+        let subscribed = fanout.subscriptions();
+        let read = match store.events_picked(position, PAGE, fanout.pick()).await {
+            Ok(_) if fanout.subscriptions() != subscribed => store
                 .events_after(position, None, PAGE)
                 .await
                 .map(|events| {
                     let examined = events.len() as u32;
                     let through = events.last().map_or(position, |e| e.position);
                     (events, examined, through)
-                })
-        } else {
-            match store.events_picked(position, PAGE, fanout.pick()).await {
-                Ok(_) if fanout.has_watchers() => continue,
-                read => read.map(|page| (page.events, page.examined, page.through)),
-            }
+                }),
+            read => read.map(|page| (page.events, page.examined, page.through)),
         };
         match read {
             Ok((events, examined, through)) => {
@@ -251,16 +248,19 @@ mod tests {
             .clone()
     }
 
-    /// With no stream watching, the pump reads whole only the events an
-    /// observer reads and the ends a call awaits, and still moves past every
-    /// event; once a stream watches, it publishes every event again.
+    /// With no stream watching its tenant, the pump reads whole only the
+    /// events an observer reads and the ends a call awaits, and still moves
+    /// past every event; once a stream watches the tenant, it publishes every
+    /// event of it again.
     #[tokio::test]
-    async fn with_no_stream_watching_only_what_someone_needs_is_read_whole() {
+    async fn with_no_stream_watching_a_tenant_only_what_someone_needs_of_it_is_read_whole() {
         let (store, _dir) = countersign_test_support::sqlite::store().await;
         let store = Arc::new(store);
         store.create_tenant("a").await.unwrap();
         let shown = Arc::new(Shown::default());
         let fanout = Fanout::new(64, vec![shown.clone()]);
+        // Another tenant's watcher changes nothing for this one.
+        let _elsewhere = fanout.subscribe("b");
 
         let rejected = submitted(&store).await;
         let key = ReviewKey {

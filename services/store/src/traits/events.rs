@@ -27,9 +27,9 @@ pub trait EventLog: Changes {
     /// in one read: their heads first (position, tenant, proposal, kind),
     /// then whole, each with its proposal, the events `pick` takes, in log
     /// order. `pick` runs after the heads are read, so what it consults
-    /// (who waits for what) is no older than the page. The fan-out's read
-    /// while no stream watches, when most events concern no one in the
-    /// process.
+    /// (who watches or waits for what) is no older than the page. The
+    /// fan-out's read: most events concern no one in the process but their
+    /// submitter, who has its answer.
     async fn events_picked(&self, after: u64, limit: u32, pick: Pick) -> Result<PickedPage>;
     /// How far the log reaches back, and its newest: `tenant`'s part in its
     /// own cursors, or (`None`) the whole log in positions.
