@@ -16,6 +16,18 @@ fn spec(key: &str) -> ProposalSpec {
 }
 
 /// Begins one review, as the reviewer begins a batch of them.
+/// Reviews `proposal` and rejects it on its target's state.
+async fn reject_on_target_state(store: &DynStore, proposal: &countersign_domain::Proposal) {
+    begin_review(store, &proposal.tenant, &proposal.id)
+        .await
+        .unwrap();
+    let rejection = fixtures::rejection(&proposal.spec, "target_state");
+    store
+        .record_decision(&proposal.tenant, &proposal.id, rejection)
+        .await
+        .unwrap();
+}
+
 async fn begin_review(
     store: &DynStore,
     tenant: &str,
@@ -517,12 +529,7 @@ pub async fn an_idempotency_key_is_found_before_any_insert(store: DynStore) {
     );
 
     // A decided proposal comes with its decision, as Submit would answer it.
-    begin_review(&store, "a", &first.id).await.unwrap();
-    let rejection = fixtures::rejection(&first.spec, "target_state");
-    store
-        .record_decision("a", &first.id, rejection)
-        .await
-        .unwrap();
+    reject_on_target_state(&store, &first).await;
     let found = store
         .find_idempotent("a", &spec("k"))
         .await
@@ -580,12 +587,7 @@ pub async fn a_read_by_heads_gives_the_picked_events_whole_and_how_far_it_looked
     let first = store.insert_proposal(new_proposal("a", "")).await.unwrap();
     let first = first.proposal().clone();
     store.insert_proposal(new_proposal("b", "")).await.unwrap();
-    begin_review(&store, "a", &first.id).await.unwrap();
-    let rejection = fixtures::rejection(&first.spec, "target_state");
-    store
-        .record_decision("a", &first.id, rejection)
-        .await
-        .unwrap();
+    reject_on_target_state(&store, &first).await;
     let all = store.events_after(0, None, 100).await.unwrap();
     let last = all.last().unwrap().position;
 
