@@ -321,6 +321,20 @@ pub(crate) fn proposal_from_row(row: &impl Columns) -> Result<Proposal> {
 
 /// An event row's own columns (`ev_position`, `ev_cursor`, `ev_kind`,
 /// `ev_state`, `ev_at`), as an event of `proposal` (read from the same row).
+/// An `events` row's head: its `cursor` (the log position), `tenant`,
+/// `proposal_id` and `kind`.
+pub(crate) fn event_head_from_row(row: &impl Columns) -> Result<crate::EventHead> {
+    let kind = row.text("kind")?;
+    Ok(crate::EventHead {
+        position: row.int("cursor")? as u64,
+        tenant: row.text("tenant")?,
+        proposal_id: row.text("proposal_id")?,
+        kind: kind
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("event kind {kind}: {e}")))?,
+    })
+}
+
 pub(crate) fn event_from_row(row: &impl Columns, proposal: Proposal) -> Result<Event> {
     let position = row.int("ev_position")?;
     let corrupt = |e: countersign_domain::names::UnknownName| {

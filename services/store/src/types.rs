@@ -300,6 +300,38 @@ pub struct PickedPage {
     pub through: u64,
 }
 
+/// A page of heads as a read by heads picks from it: the positions to read
+/// whole, and how far the page reached.
+pub(crate) struct PickedHeads {
+    pub positions: Vec<u64>,
+    examined: u32,
+    through: u64,
+}
+
+impl PickedHeads {
+    /// What `pick` takes of `heads`, read after log position `after`.
+    pub(crate) fn of(heads: &[EventHead], after: u64, pick: &Pick) -> PickedHeads {
+        PickedHeads {
+            positions: heads
+                .iter()
+                .filter(|h| pick(h))
+                .map(|h| h.position)
+                .collect(),
+            examined: heads.len() as u32,
+            through: heads.last().map_or(after, |h| h.position),
+        }
+    }
+
+    /// The page, with the events read at [`PickedHeads::positions`].
+    pub(crate) fn page(self, events: Vec<countersign_domain::Event>) -> PickedPage {
+        PickedPage {
+            events,
+            examined: self.examined,
+            through: self.through,
+        }
+    }
+}
+
 /// A state change, published in this process after it commits: a wake-up
 /// signal. The `events` table (written by the database in the same transaction
 /// as the change) is the record, with its cursors.

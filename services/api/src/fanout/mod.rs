@@ -71,8 +71,8 @@ pub struct Fanout {
     inner: Arc<Inner>,
 }
 
-/// Sees the events the pump publishes, before any watcher does: while no
-/// stream watches, only the kinds it [`observes`](Observer::observes) are
+/// Sees the events the pump publishes, before any watcher does: of a tenant
+/// no stream watches, only the kinds it [`observes`](Observer::observes) are
 /// sure to reach it.
 pub trait Observer: Send + Sync {
     /// Whether events of `kind` matter to it.

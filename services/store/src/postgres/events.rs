@@ -7,8 +7,9 @@ use countersign_domain::{Event, EventHorizon, Millis};
 use sqlx::{PgPool, Row, postgres::PgRow};
 
 use super::{PostgresStore, scope};
+use crate::types::PickedHeads;
 use crate::{
-    EventHead, EventLog, Pick, PickedPage, Result, StoreError,
+    EventLog, Pick, PickedPage, Result,
     rows::{Prefixed, decision_from_row},
 };
 
@@ -197,38 +198,22 @@ impl EventLog for PostgresStore {
             .bind(i64::try_from(after).unwrap_or(i64::MAX))
             .fetch_all(&mut *tx)
             .await?;
-        let mut heads = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let kind: String = row.try_get("kind")?;
-            heads.push(EventHead {
-                position: row.try_get::<i64, _>("cursor")? as u64,
-                tenant: row.try_get("tenant")?,
-                proposal_id: row.try_get("proposal_id")?,
-                kind: kind
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("event kind {kind}: {e}")))?,
-            });
-        }
-        let through = heads.last().map_or(after, |h| h.position);
-        let picked: Vec<i64> = heads
+        let heads = rows
             .iter()
-            .filter(|h| pick(h))
-            .map(|h| h.position as i64)
-            .collect();
+            .map(crate::rows::event_head_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let picked = PickedHeads::of(&heads, after, &pick);
         let mut events = Vec::new();
-        if !picked.is_empty() {
+        if !picked.positions.is_empty() {
+            let positions: Vec<i64> = picked.positions.iter().map(|&p| p as i64).collect();
             let rows = sqlx::query(&events_at_query())
-                .bind(&picked)
+                .bind(&positions)
                 .fetch_all(&mut *tx)
                 .await?;
             events = events_from_rows(&rows)?;
         }
         tx.commit().await?;
-        Ok(PickedPage {
-            events,
-            examined: heads.len() as u32,
-            through,
-        })
+        Ok(picked.page(events))
     }
 
     /// The newest committed cursor (kept by the retention mark once every event

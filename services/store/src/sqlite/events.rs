@@ -6,7 +6,8 @@ use super::SqliteStore;
 use tokio::sync::broadcast;
 
 use crate::rows::{Columns, Named, NamedRows};
-use crate::{Changes, EventHead, EventLog, Pick, PickedPage, Result, StoreError, StoreEvent};
+use crate::types::PickedHeads;
+use crate::{Changes, EventLog, Pick, PickedPage, Result, StoreError, StoreEvent};
 
 /// The signal for a change the database has just logged (by trigger).
 pub fn signal(tenant: &str, proposal_id: &str, state: ProposalState) -> StoreEvent {
@@ -75,38 +76,19 @@ pub fn events_picked(
     let tx = conn.transaction()?;
     let heads = tx.prepare_cached(HEADS_AFTER)?.named_rows(
         params![i64::try_from(after).unwrap_or(i64::MAX), limit],
-        |row| {
-            let kind = row.text("kind")?;
-            Ok(EventHead {
-                position: row.int("cursor")? as u64,
-                tenant: row.text("tenant")?,
-                proposal_id: row.text("proposal_id")?,
-                kind: kind
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("event kind {kind}: {e}")))?,
-            })
-        },
+        |row| crate::rows::event_head_from_row(row),
     )?;
-    let through = heads.last().map_or(after, |h| h.position);
-    let picked: Vec<u64> = heads
-        .iter()
-        .filter(|h| pick(h))
-        .map(|h| h.position)
-        .collect();
+    let picked = PickedHeads::of(&heads, after, pick);
     let mut events = Vec::new();
-    if !picked.is_empty() {
-        let positions =
-            serde_json::to_string(&picked).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    if !picked.positions.is_empty() {
+        let positions = serde_json::to_string(&picked.positions)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         events = tx
             .prepare_cached(AT_POSITIONS)?
             .named_rows([positions], event_from_row)?;
         with_decisions(&tx, &mut events)?;
     }
-    Ok(PickedPage {
-        events,
-        examined: heads.len() as u32,
-        through,
-    })
+    Ok(picked.page(events))
 }
 
 /// Gives each event of a decided proposal its decision, read by key.
