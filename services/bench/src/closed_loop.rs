@@ -21,7 +21,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use crate::{
     report::{ServerUsage, add_counts},
     scenario::{channel, usage_between},
-    server::{Server, cpu_seconds_of},
+    server::Server,
 };
 
 /// One call's outcome, named for the tally (`suppressed`, `error Unavailable`, …).
@@ -32,11 +32,10 @@ pub(crate) struct Loop {
     pub wall: Duration,
     pub latency: Histogram<u64>,
     pub outcomes: BTreeMap<String, u64>,
+    /// The server's usage over the loop, and the load generator's own CPU
+    /// (this process): it shares the machine with the server, so what it
+    /// spends a call is CPU the server does not get.
     pub server: ServerUsage,
-    /// The load generator's own CPU seconds (this process) over the loop: it
-    /// shares the machine with the server, so what it spends a call is CPU
-    /// the server does not get.
-    pub generator_cpu_seconds: f64,
 }
 
 /// `clients` tasks, sharing `connections` (round robin), make `total` calls
@@ -56,7 +55,6 @@ where
     let latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let outcomes = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let before = server.usage();
-    let generator_before = cpu_seconds_of(std::process::id());
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..clients.max(1) {
@@ -83,7 +81,6 @@ where
     while tasks.join_next().await.is_some() {}
     let wall = started.elapsed();
     let after = server.usage();
-    let generator_cpu_seconds = (cpu_seconds_of(std::process::id()) - generator_before).max(0.0);
     let latency = latency.lock().await.clone();
     let outcomes = outcomes.lock().await.clone();
     Ok(Loop {
@@ -91,7 +88,6 @@ where
         latency,
         outcomes,
         server: usage_between(before, after, wall),
-        generator_cpu_seconds,
     })
 }
 
@@ -127,11 +123,7 @@ impl Loop {
         self.latency.add(&other.latency)?;
         add_counts(&mut self.outcomes, "", &other.outcomes);
         self.wall += other.wall;
-        self.server.cpu_seconds += other.server.cpu_seconds;
-        self.generator_cpu_seconds += other.generator_cpu_seconds;
-        self.server.cpu_cores_used = self.server.cpu_seconds / self.wall.as_secs_f64().max(1e-9);
-        self.server.rss_mib = other.server.rss_mib;
-        self.server.peak_rss_mib = other.server.peak_rss_mib;
+        self.server.absorb(other.server, self.wall);
         Ok(())
     }
 
@@ -142,7 +134,7 @@ impl Loop {
 
     /// The load generator's CPU microseconds per call.
     pub(crate) fn generator_us_per_call(&self) -> f64 {
-        self.generator_cpu_seconds * 1e6 / self.calls()
+        self.server.generator_cpu_seconds.unwrap_or_default() * 1e6 / self.calls()
     }
 
     fn calls(&self) -> f64 {

@@ -43,6 +43,26 @@ pub struct ServerUsage {
     pub postgres_cpu_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_cpu_seconds: Option<f64>,
+    /// The load generator's own CPU seconds over the same window, where the
+    /// scenario reads it: it runs on the same cores as the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generator_cpu_seconds: Option<f64>,
+}
+
+impl ServerUsage {
+    /// Adds `other`'s CPU seconds (the server's, and the backends' and the
+    /// generator's where both windows read them) to these: two windows
+    /// summed, `wall` long together. Memory is the later window's.
+    pub fn absorb(&mut self, other: ServerUsage, wall: std::time::Duration) {
+        let sum = |mine: Option<f64>, theirs: Option<f64>| Some(mine? + theirs?);
+        self.cpu_seconds += other.cpu_seconds;
+        self.cpu_cores_used = self.cpu_seconds / wall.as_secs_f64().max(1e-9);
+        self.rss_mib = other.rss_mib;
+        self.peak_rss_mib = other.peak_rss_mib;
+        self.postgres_cpu_seconds = sum(self.postgres_cpu_seconds, other.postgres_cpu_seconds);
+        self.redis_cpu_seconds = sum(self.redis_cpu_seconds, other.redis_cpu_seconds);
+        self.generator_cpu_seconds = sum(self.generator_cpu_seconds, other.generator_cpu_seconds);
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -143,6 +163,7 @@ impl Report {
         for (name, seconds) in [
             ("postgres", self.server.postgres_cpu_seconds),
             ("redis", self.server.redis_cpu_seconds),
+            ("generator", self.server.generator_cpu_seconds),
         ] {
             if let Some(seconds) = seconds {
                 out.push_str(&format!(

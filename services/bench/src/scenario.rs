@@ -260,6 +260,9 @@ pub(crate) fn usage_between(before: Usage, after: Usage, wall: Duration) -> Serv
         peak_rss_mib: after.peak_rss_kib as f64 / 1024.0,
         postgres_cpu_seconds: between(before.postgres_cpu_seconds, after.postgres_cpu_seconds),
         redis_cpu_seconds: between(before.redis_cpu_seconds, after.redis_cpu_seconds),
+        generator_cpu_seconds: Some(
+            (after.generator_cpu_seconds - before.generator_cpu_seconds).max(0.0),
+        ),
     }
 }
 
@@ -430,10 +433,7 @@ impl Measured {
         add_counts(&mut self.tally.outcomes, "", &other.tally.outcomes);
         add_counts(&mut self.tally.errors, "", &other.tally.errors);
         self.wall += other.wall;
-        self.usage.cpu_seconds += other.usage.cpu_seconds;
-        self.usage.cpu_cores_used = self.usage.cpu_seconds / self.wall.as_secs_f64().max(1e-9);
-        self.usage.rss_mib = other.usage.rss_mib;
-        self.usage.peak_rss_mib = other.usage.peak_rss_mib;
+        self.usage.absorb(other.usage, self.wall);
         Ok(())
     }
 
@@ -443,6 +443,13 @@ impl Measured {
 
     fn decision(&self) -> Percentiles {
         Percentiles::of(self.tally.decision.as_ref().expect("histogram"))
+    }
+
+    /// The server's and the load generator's CPU microseconds a decision.
+    fn machine_cpu_us_per_decision(&self) -> f64 {
+        let decided = self.tally.outcomes.values().sum::<u64>().max(1) as f64;
+        let generator = self.usage.generator_cpu_seconds.unwrap_or_default();
+        (self.usage.cpu_seconds + generator) * 1e6 / decided
     }
 
     fn server_cpu_ms_per_decision(&self) -> f64 {
@@ -511,6 +518,8 @@ struct TransportFloor {
     ratios: Vec<(String, f64)>,
     latency: Percentiles,
     errors: BTreeMap<String, u64>,
+    /// The server's and the load generator's CPU microseconds a health check.
+    cpu_us_per_call: f64,
 }
 
 async fn transport_floor(
@@ -549,10 +558,19 @@ async fn transport_floor(
         baselines: BTreeMap::from([
             (format!("grpc_health_checks_per_s_{clients}_clients"), rate),
             ("transport_ceiling_decisions_per_s".to_owned(), ceiling),
+            (
+                "server_cpu_us_per_health_check".to_owned(),
+                floor.server_us_per_call(),
+            ),
+            (
+                "generator_cpu_us_per_health_check".to_owned(),
+                floor.generator_us_per_call(),
+            ),
         ]),
         ratios,
         latency: Percentiles::of(&floor.latency),
         errors: crate::closed_loop::errors_of(&floor.outcomes),
+        cpu_us_per_call: floor.server_us_per_call() + floor.generator_us_per_call(),
     })
 }
 
@@ -623,6 +641,12 @@ async fn submit_decide_on(
         ratios.insert(
             "decision p99 / health check p99".to_owned(),
             empty.decision().p99_ms / floor.latency.p99_ms.max(1e-9),
+        );
+        // The machine's CPU (server and generator) a decision over a health
+        // check's: the rate ratio the cores would allow at the floor's use of them.
+        ratios.insert(
+            "cpu per decision / per health check (server + generator)".to_owned(),
+            empty.machine_cpu_us_per_decision() / floor.cpu_us_per_call.max(1e-9),
         );
         latencies.insert("health check (floor)".to_owned(), floor.latency);
         add_counts(&mut errors, "health check: ", &floor.errors);
