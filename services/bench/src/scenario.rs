@@ -366,22 +366,73 @@ async fn measure_from(
     load: &LoadArgs,
     (pool, first): (u64, u64),
 ) -> anyhow::Result<Measured> {
+    Ok(measure_in_turns(server, key, load, (pool, first), 1, false)
+        .await?
+        .0)
+}
+
+/// How many blocks a closed-loop `submit-decide` takes turns in with the
+/// transport's floor.
+const FLOOR_BLOCKS: u64 = 4;
+
+/// `load.proposals` in `blocks` blocks, their tallies, times and server CPU
+/// summed, and what they wrote per decision. With `floor`, each block is
+/// followed by a block of health checks (the floor's, as many calls as the
+/// block made), summed too: the run and its floor take turns, so that the
+/// two sides of a ratio share the machine's same minutes (a floor measured
+/// after the run carries the machine's drift between them). Health checks
+/// write nothing, so the writes are read around the whole.
+async fn measure_in_turns(
+    server: &Server,
+    key: &str,
+    load: &LoadArgs,
+    (pool, first): (u64, u64),
+    blocks: u64,
+    floor: bool,
+) -> anyhow::Result<(Measured, Option<crate::closed_loop::Loop>)> {
+    let block = LoadArgs {
+        proposals: (load.proposals / blocks.max(1)).max(1),
+        ..load.clone()
+    };
+    let checks = (block.proposals as f64 * calls_per_decision(load.via)) as u64;
+    let clients = load.clients.max(1);
     let tally = Arc::new(Mutex::new(Tally::new()));
     let written_before = crate::writes::Snapshot::take(server).await?;
-    let before = server.usage();
-    let wall = drive(&server.endpoint, key, load, (pool, first), tally.clone()).await?;
-    let after = server.usage();
+    let (mut wall, mut usage, mut health) = (Duration::ZERO, None::<ServerUsage>, None);
+    for turn in 0..blocks.max(1) {
+        let before = server.usage();
+        let numbered = (pool, first + turn * block.proposals);
+        let took = drive(&server.endpoint, key, &block, numbered, tally.clone()).await?;
+        wall += took;
+        let used = usage_between(before, server.usage(), took);
+        match &mut usage {
+            Some(sum) => sum.absorb(used, wall),
+            none => *none = Some(used),
+        }
+        if floor {
+            let checked =
+                crate::closed_loop::health_checks(server, clients, clients, checks).await?;
+            match &mut health {
+                Some(sum) => crate::closed_loop::Loop::absorb(sum, checked)?,
+                none => *none = Some(checked),
+            }
+        }
+    }
     let written_after = crate::writes::Snapshot::take(server).await?;
     let tally = std::mem::take(&mut *tally.lock().await);
     let decisions = tally.outcomes.values().sum::<u64>();
     let writes =
         crate::writes::per_decision(server, &written_before, &written_after, decisions).await?;
-    Ok(Measured {
-        tally,
-        wall,
-        usage: usage_between(before, after, wall),
-        writes,
-    })
+    let usage = usage.ok_or_else(|| anyhow::anyhow!("no block was measured"))?;
+    Ok((
+        Measured {
+            tally,
+            wall,
+            usage,
+            writes,
+        },
+        health,
+    ))
 }
 
 /// Decides `load.warmup` proposals, not counted, so that a measured run does
@@ -522,21 +573,23 @@ struct TransportFloor {
     cpu_us_per_call: f64,
 }
 
-async fn transport_floor(
-    server: &Server,
+/// Unary calls a decision takes as `via` learns it.
+fn calls_per_decision(via: Via) -> f64 {
+    match via {
+        Via::Await => 2.0,
+        Via::Watch | Via::SubmitWait => 1.0,
+    }
+}
+
+fn transport_floor(
+    floor: &crate::closed_loop::Loop,
     load: &LoadArgs,
     limits: &[(String, f64)],
     decisions_per_s: f64,
-) -> anyhow::Result<TransportFloor> {
-    let calls_per_decision = match load.via {
-        Via::Await => 2.0,
-        Via::Watch | Via::SubmitWait => 1.0,
-    };
-    let calls = (load.proposals as f64 * calls_per_decision) as u64;
+) -> TransportFloor {
     let clients = load.clients.max(1);
-    let floor = crate::closed_loop::health_checks(server, clients, clients, calls).await?;
     let rate = floor.rate_of("served");
-    let ceiling = rate / calls_per_decision;
+    let ceiling = rate / calls_per_decision(load.via);
     let mut ratios = vec![
         (
             "decisions_per_s / grpc_health_checks_per_s".to_owned(),
@@ -553,7 +606,7 @@ async fn transport_floor(
             ceiling / limit.max(1e-9),
         )
     }));
-    Ok(TransportFloor {
+    TransportFloor {
         rate,
         baselines: BTreeMap::from([
             (format!("grpc_health_checks_per_s_{clients}_clients"), rate),
@@ -571,7 +624,7 @@ async fn transport_floor(
         latency: Percentiles::of(&floor.latency),
         errors: crate::closed_loop::errors_of(&floor.outcomes),
         cpu_us_per_call: floor.server_us_per_call() + floor.generator_us_per_call(),
-    })
+    }
 }
 
 pub async fn submit_decide(args: &BenchArgs, load: &LoadArgs) -> anyhow::Result<Report> {
@@ -611,7 +664,11 @@ async fn submit_decide_on(
     let pool = load.proposals.clamp(load.clients.max(1), MAX_TARGETS);
     let key = seed(&server, "default", pool).await?;
     warm_up(&server, &key, load, pool, 1).await?;
-    let empty = measure(&server, &key, load, pool).await?;
+    // A closed loop takes turns with its floor; an open loop has none.
+    let (empty, health) = match load.rate {
+        None => measure_in_turns(&server, &key, load, (pool, 0), FLOOR_BLOCKS, true).await?,
+        Some(_) => (measure(&server, &key, load, pool).await?, None),
+    };
     let mut latencies = BTreeMap::from([
         (
             "submit".to_owned(),
@@ -630,8 +687,9 @@ async fn submit_decide_on(
         .collect();
     let mut outcomes = empty.tally.outcomes.clone();
     let mut errors = empty.tally.errors.clone();
-    if load.rate.is_none() {
-        let floor = transport_floor(&server, load, &limits, empty.throughput()).await?;
+    if let Some(health) = &health {
+        let floor = transport_floor(health, load, &limits, empty.throughput());
+        baselines.insert("floor_blocks".to_owned(), FLOOR_BLOCKS as f64);
         ratios.extend(floor.ratios);
         ratios.insert(
             "decision_rows_alone_per_s / grpc_health_checks_per_s".to_owned(),

@@ -175,6 +175,8 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
         assert_eq!(report["outcomes"]["approved"], 30, "{report}");
         assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
         assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+        // The floor takes turns with the run, in four blocks a side.
+        assert_eq!(report["baselines"]["floor_blocks"], 4.0, "{report}");
         let calls_per_proposal = if via == "await" { 2 } else { 1 };
         assert_eq!(
             report["latencies"]["health check (floor)"]["count"],
