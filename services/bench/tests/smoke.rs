@@ -240,7 +240,7 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
             "{report}"
         );
         assert!(
-            report["ratios"]["cpu per decision / per health check (server + generator)"]
+            report["ratios"]["machine cpu per decision / per health check"]
                 .as_f64()
                 .unwrap()
                 > 0.0,
