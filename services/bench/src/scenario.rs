@@ -390,19 +390,22 @@ async fn measure_in_turns(
     blocks: u64,
     floor: bool,
 ) -> anyhow::Result<(Measured, Option<crate::closed_loop::Loop>)> {
-    let block = LoadArgs {
-        proposals: (load.proposals / blocks.max(1)).max(1),
-        ..load.clone()
-    };
-    let checks = (block.proposals as f64 * calls_per_decision(load.via)) as u64;
+    let blocks = blocks.clamp(1, load.proposals.max(1));
     let clients = load.clients.max(1);
     let tally = Arc::new(Mutex::new(Tally::new()));
     let written_before = crate::writes::Snapshot::take(server).await?;
-    let (mut wall, mut usage, mut health) = (Duration::ZERO, None::<ServerUsage>, None);
-    for turn in 0..blocks.max(1) {
+    let (mut wall, mut usage) = (Duration::ZERO, None::<ServerUsage>);
+    let mut health: Option<crate::closed_loop::Loop> = None;
+    let mut next = first;
+    for turn in 0..blocks {
+        // The blocks share the proposals out to the last one.
+        let block = LoadArgs {
+            proposals: load.proposals / blocks + u64::from(turn < load.proposals % blocks),
+            ..load.clone()
+        };
         let before = server.usage();
-        let numbered = (pool, first + turn * block.proposals);
-        let took = drive(&server.endpoint, key, &block, numbered, tally.clone()).await?;
+        let took = drive(&server.endpoint, key, &block, (pool, next), tally.clone()).await?;
+        next += block.proposals;
         wall += took;
         let used = usage_between(before, server.usage(), took);
         match &mut usage {
@@ -410,10 +413,11 @@ async fn measure_in_turns(
             none => *none = Some(used),
         }
         if floor {
+            let checks = (block.proposals as f64 * calls_per_decision(load.via)) as u64;
             let checked =
                 crate::closed_loop::health_checks(server, clients, clients, checks).await?;
             match &mut health {
-                Some(sum) => crate::closed_loop::Loop::absorb(sum, checked)?,
+                Some(sum) => sum.absorb(checked)?,
                 none => *none = Some(checked),
             }
         }

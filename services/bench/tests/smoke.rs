@@ -161,10 +161,11 @@ fn a_tiny_submit_decide_run_on_postgres_and_redis_reports_pgbench_and_redis_benc
 #[test]
 fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
     for via in ["await", "watch", "submit-wait"] {
+        // 42: the floor's four blocks share the proposals out unevenly.
         let report = bench(&[
             "submit-decide",
             "--proposals",
-            "40",
+            "42",
             "--clients",
             "4",
             "--reject-ratio",
@@ -172,15 +173,15 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
             "--via",
             via,
         ]);
-        assert_eq!(report["outcomes"]["approved"], 30, "{report}");
+        assert_eq!(report["outcomes"]["approved"], 32, "{report}");
         assert_eq!(report["outcomes"]["rejected"], 10, "{report}");
-        assert_eq!(report["latencies"]["submit → decision"]["count"], 40);
+        assert_eq!(report["latencies"]["submit → decision"]["count"], 42);
         // The floor takes turns with the run, in four blocks a side.
         assert_eq!(report["baselines"]["floor_blocks"], 4.0, "{report}");
         let calls_per_proposal = if via == "await" { 2 } else { 1 };
         assert_eq!(
             report["latencies"]["health check (floor)"]["count"],
-            40 * calls_per_proposal,
+            42 * calls_per_proposal,
             "{report}"
         );
         // What each decision wrote, from the server's own count: one
