@@ -209,3 +209,34 @@ pub(crate) fn add_counts(
         *into.entry(format!("{prefix}{k}")).or_default() += v;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::ServerUsage;
+
+    #[test]
+    fn two_windows_sum_every_process_both_read_and_the_later_memory() {
+        let window = |cpu: f64, generator: Option<f64>, rss: f64| ServerUsage {
+            cpu_seconds: cpu,
+            cpu_cores_used: 0.0,
+            rss_mib: rss,
+            peak_rss_mib: rss,
+            postgres_cpu_seconds: None,
+            redis_cpu_seconds: Some(cpu / 10.0),
+            generator_cpu_seconds: generator,
+        };
+        let mut sum = window(1.0, Some(0.25), 50.0);
+        sum.absorb(window(3.0, Some(0.5), 60.0), Duration::from_secs(2));
+        assert_eq!(sum.cpu_seconds, 4.0);
+        assert_eq!(sum.cpu_cores_used, 2.0);
+        assert_eq!(sum.generator_cpu_seconds, Some(0.75));
+        assert_eq!(sum.redis_cpu_seconds, Some(0.4));
+        assert_eq!(sum.postgres_cpu_seconds, None);
+        assert_eq!(sum.rss_mib, 60.0);
+        // A window that did not read a process leaves its sum unknown.
+        sum.absorb(window(1.0, None, 70.0), Duration::from_secs(3));
+        assert_eq!(sum.generator_cpu_seconds, None);
+    }
+}

@@ -110,7 +110,8 @@ fn spawn(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
     pub cpu_seconds: f64,
-    /// This process's own CPU seconds: the load generator shares the cores.
+    /// This process's own CPU seconds (its ended threads' too: the trickles
+    /// run on threads of their own): the load generator shares the cores.
     pub generator_cpu_seconds: f64,
     pub rss_kib: u64,
     pub peak_rss_kib: u64,
@@ -140,22 +141,6 @@ fn stat_of(pid: &str) -> Option<(u32, u32, String, u64, u64)> {
 /// One process's own CPU seconds, user and system (0 when it is gone).
 pub fn cpu_seconds_of(pid: u32) -> f64 {
     stat_of(&pid.to_string()).map_or(0.0, |(_, _, _, own, _)| own as f64 / 100.0) // USER_HZ
-}
-
-/// This process's own CPU seconds to the nanosecond: the sum of its threads'
-/// time on a CPU (`schedstat`), where `/proc/<pid>/stat` counts in ticks of
-/// 10 ms, too coarse for a short run. The generator's threads live as long
-/// as its runtime, so no ended thread's time is missed over a run.
-pub fn own_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return cpu_seconds_of(std::process::id());
-    };
-    let nanos: u64 = tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    nanos as f64 / 1e9
 }
 
 /// CPU seconds of every process named `comm` on this machine, with what its
@@ -299,7 +284,7 @@ impl Server {
         let production = self.production.is_some();
         Usage {
             cpu_seconds,
-            generator_cpu_seconds: own_cpu_seconds(),
+            generator_cpu_seconds: cpu_seconds_of(std::process::id()),
             rss_kib: kib("VmRSS:"),
             peak_rss_kib: kib("VmHWM:"),
             postgres_cpu_seconds: production.then(|| cpu_of_processes("postgres")),

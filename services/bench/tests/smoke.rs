@@ -225,31 +225,25 @@ fn a_tiny_submit_decide_run_accounts_for_every_proposal() {
             "{report}"
         );
         // The machine's CPU a decision and a health check, the generator's
-        // (to the nanosecond) beside the server's (in ticks of 10 ms: in a
-        // run this small it may round to nothing, so it is only known to be
-        // there).
+        // beside the server's: both in ticks of 10 ms, which a run this small
+        // may round to nothing, so they are only known to be there.
+        for figure in [
+            "server_cpu_us_per_health_check",
+            "generator_cpu_us_per_health_check",
+        ] {
+            assert!(
+                report["baselines"][figure].as_f64().is_some(),
+                "{figure}: {report}"
+            );
+        }
         assert!(
-            report["baselines"]["generator_cpu_us_per_health_check"]
-                .as_f64()
-                .unwrap()
-                > 0.0,
-            "{report}"
-        );
-        assert!(
-            report["baselines"]["server_cpu_us_per_health_check"]
-                .as_f64()
-                .is_some(),
-            "{report}"
-        );
-        assert!(
-            report["server"]["generator_cpu_seconds"].as_f64().unwrap() > 0.0,
+            report["server"]["generator_cpu_seconds"].as_f64().is_some(),
             "{report}"
         );
         assert!(
             report["ratios"]["machine cpu per decision / per health check"]
                 .as_f64()
-                .unwrap()
-                > 0.0,
+                .is_some(),
             "{report}"
         );
     }
