@@ -232,6 +232,40 @@ async fn rejections_at_submission_trip_the_operators_breaker(backend: Backend) {
     assert_eq!(trips, 1);
 }
 
+/// With no stream watching and no tick of the fan-out to come, rejections
+/// answered at submission still reach the operator's breaker: the fan-out
+/// reads the events of answered decisions a moment after them, not never.
+#[tokio::test]
+async fn rejections_answered_at_submission_reach_the_breaker_with_no_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(dir.path());
+    let app = TestApp::from_config(config, dir, Some(test_reviewers(1)), |api| {
+        api.watch.poll_every = Duration::from_secs(3600);
+    })
+    .await;
+    app.seed_reference(TENANT).await;
+    let key = app.key(TENANT, Role::Coordinator).await;
+    for n in 0..3 {
+        let rejected = decided(&app, &key, wire_spec_on(&format!("node-9{n}"))).await;
+        assert_eq!(rejected.state, ProposalState::Rejected as i32);
+        assert_eq!(reviewer(&rejected), "test/submit");
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let refused = loop {
+        match submit_waiting(&app, &key, wire_spec_on("node-02")).await {
+            Err(status) => break status,
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the breaker never learnt of the rejections"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+}
+
 /// With `review.at_submission = false`, a waiting submission is queued.
 #[tokio::test]
 async fn with_review_at_submission_off_the_workers_review_a_waiting_submit() {

@@ -343,6 +343,11 @@ pub struct StoreEvent {
     pub proposal_id: String,
     pub kind: countersign_domain::EventKind,
     pub state: countersign_domain::ProposalState,
+    /// A submission decided as it was stored: its decision is the answer to
+    /// the call that stored it, and no other call can be awaiting it (its id
+    /// is unknown until that answer). Only watchers and observers want it,
+    /// and none of them at once.
+    pub answered: bool,
 }
 
 impl StoreEvent {
@@ -369,6 +374,20 @@ impl StoreEvent {
             proposal_id: proposal_id.to_owned(),
             kind,
             state,
+            answered: false,
+        }
+    }
+
+    /// The signal for a submission just stored: PENDING (queued for the
+    /// reviewers), or decided as it was stored, and then [`answered`](Self::answered).
+    pub(crate) fn stored(
+        tenant: &str,
+        proposal_id: &str,
+        state: countersign_domain::ProposalState,
+    ) -> StoreEvent {
+        StoreEvent {
+            answered: state.is_terminal(),
+            ..StoreEvent::changed_to(tenant, proposal_id, state)
         }
     }
 
@@ -381,6 +400,7 @@ impl StoreEvent {
             proposal_id: proposal_id.to_owned(),
             kind: countersign_domain::EventKind::Vote,
             state: countersign_domain::ProposalState::Escalated,
+            answered: false,
         }
     }
 
@@ -393,6 +413,7 @@ impl StoreEvent {
             proposal_id: String::new(),
             kind: countersign_domain::EventKind::Suppressed,
             state: countersign_domain::ProposalState::Rejected,
+            answered: false,
         }
     }
 }

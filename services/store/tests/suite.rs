@@ -2148,6 +2148,45 @@ async fn a_review_at_submission_that_panics_leaves_it_queued_and_the_store_servi
     assert_eq!(stored.state, ProposalState::Rejected);
 }
 
+/// A submission decided as it is stored is announced as answered: its
+/// decision is the answer to the call that stored it, and no other call
+/// awaits it. A queued submission, and a decision a worker records, are not.
+async fn a_submission_decided_as_it_is_stored_is_announced_as_answered(store: DynStore) {
+    store.create_tenant("t").await.unwrap();
+    let review: std::sync::Arc<dyn countersign_store::SubmitReview> =
+        std::sync::Arc::new(PanicsOnBoom);
+    let mut changes = store.subscribe();
+    let decided = store
+        .submit_reviewed(new_proposal("t", ""), review.clone())
+        .await
+        .unwrap();
+    let mut boom = new_proposal("t", "");
+    boom.spec.target = "boom".into();
+    let queued = store.submit_reviewed(boom, review).await.unwrap();
+    let plain = store.insert_proposal(new_proposal("t", "")).await.unwrap();
+    reject_on_target_state(&store, plain.proposal()).await;
+    let mut heard = Vec::new();
+    while heard.len() < 5 {
+        let change = changes.recv().await.unwrap();
+        heard.push((change.proposal_id, change.kind, change.answered));
+    }
+    let (decided, queued, plain) = (
+        decided.proposal().id.clone(),
+        queued.proposal().id.clone(),
+        plain.proposal().id.clone(),
+    );
+    assert_eq!(
+        heard,
+        [
+            (decided, EventKind::Rejected, true),
+            (queued, EventKind::Submitted, false),
+            (plain.clone(), EventKind::Submitted, false),
+            (plain.clone(), EventKind::ReviewStarted, false),
+            (plain, EventKind::Rejected, false),
+        ]
+    );
+}
+
 macro_rules! store_suite {
     ($backend:ident, $make:path; $($test:ident),+ $(,)?) => {
         mod $backend {
@@ -2243,6 +2282,7 @@ macro_rules! every_store_test {
             review_facts_carry_the_whole_sop_catalogue_where_a_model_reviews,
             a_tenants_model_calls_are_capped_per_minute_for_every_caller,
             a_review_at_submission_that_panics_leaves_it_queued_and_the_store_serving,
+            a_submission_decided_as_it_is_stored_is_announced_as_answered,
         );
     };
 }

@@ -19,6 +19,11 @@ use super::{Fanout, Published, WatchConfig, waiting_for};
 const PAGE: u32 = 512;
 /// Pause after a failed read before trying again.
 const BACKOFF: Duration = Duration::from_millis(500);
+/// How long the events of decisions answered as they were stored may wait
+/// for a read (see [`Wanted::Soon`]): one read answers every commit of that
+/// time, not each of them its own, and the observers (the operator breaker's
+/// count) still learn of them within it.
+const SOON: Duration = Duration::from_millis(20);
 
 /// Where the pump starts: the log position of the newest event committed now
 /// (what is older is for replays to read). Read before the server answers its first call: an
@@ -68,6 +73,9 @@ async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut prune = tokio::time::interval(config.prune_every);
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the events of answered decisions are read, if nothing reads them
+    // sooner.
+    let mut soon: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = closing.closed() => return,
@@ -78,8 +86,13 @@ async fn run(
                 // events wait in the log for the next read (the tick's, or a
                 // decision's) and reach the watchers of later in order.
                 Ok(Wanted::ByWatchers) if !fanout.has_watchers() => continue,
+                Ok(Wanted::Soon) if !fanout.has_watchers() => {
+                    soon.get_or_insert_with(|| tokio::time::Instant::now() + SOON);
+                    continue;
+                }
                 Ok(_) => {}
             },
+            () = until(soon) => {}
             wake = next_remote(&mut remote) => {
                 if !wake {
                     continue;
@@ -91,15 +104,29 @@ async fn run(
                 continue;
             }
         }
+        soon = None;
         position = drain(&fanout, &*store, &*escalations, position).await;
     }
 }
 
-/// Who wants the events a signal announces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Resolves at `at`; never without it.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Who wants the events a signal announces, in the order they win when
+/// signals are swallowed together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Wanted {
     /// Watchers only: a proposal's progress (submitted, review started).
     ByWatchers,
+    /// Watchers and the observers, but no call: a decision answered to the
+    /// call that stored it ([`StoreEvent::answered`]). Without watchers it
+    /// is read within [`SOON`], with what else committed by then.
+    Soon,
     /// Also the calls awaiting a decision and the suppression cache (or
     /// unknown: signals were lost).
     ByAll,
@@ -108,6 +135,7 @@ enum Wanted {
 fn wanted(event: &StoreEvent) -> Wanted {
     match event.kind {
         EventKind::Submitted | EventKind::ReviewStarted => Wanted::ByWatchers,
+        _ if event.answered => Wanted::Soon,
         _ => Wanted::ByAll,
     }
 }
@@ -131,9 +159,7 @@ async fn next_signal(
             Err(TryRecvError::Lagged(_)) => Wanted::ByAll,
             Err(_) => return Ok(want),
         };
-        if next == Wanted::ByAll {
-            want = Wanted::ByAll;
-        }
+        want = want.max(next);
     }
 }
 
@@ -235,6 +261,40 @@ mod tests {
             let mut shown = self.0.lock().unwrap();
             shown.push((event.proposal.id.clone(), event.kind));
         }
+    }
+
+    fn signal(kind: EventKind, answered: bool) -> StoreEvent {
+        StoreEvent {
+            cursor: None,
+            tenant: "a".into(),
+            proposal_id: "p".into(),
+            kind,
+            state: countersign_domain::ProposalState::Rejected,
+            answered,
+        }
+    }
+
+    /// A decision answered to the call that stored it waits a moment for
+    /// its read; any other end is read at once; progress only for watchers.
+    /// Swallowed together, the most wanted signal wins.
+    #[tokio::test]
+    async fn signals_say_who_wants_their_events_and_the_most_wanted_wins() {
+        assert_eq!(wanted(&signal(EventKind::Rejected, true)), Wanted::Soon);
+        assert_eq!(wanted(&signal(EventKind::Rejected, false)), Wanted::ByAll);
+        assert_eq!(wanted(&signal(EventKind::Cancelled, false)), Wanted::ByAll);
+        assert_eq!(
+            wanted(&signal(EventKind::Submitted, false)),
+            Wanted::ByWatchers
+        );
+        let (tx, rx) = broadcast::channel(8);
+        let mut rx = Some(rx);
+        tx.send(signal(EventKind::Submitted, false)).unwrap();
+        tx.send(signal(EventKind::Approved, true)).unwrap();
+        assert_eq!(next_signal(&mut rx).await.unwrap(), Wanted::Soon);
+        tx.send(signal(EventKind::Approved, true)).unwrap();
+        tx.send(signal(EventKind::Approved, false)).unwrap();
+        tx.send(signal(EventKind::Submitted, false)).unwrap();
+        assert_eq!(next_signal(&mut rx).await.unwrap(), Wanted::ByAll);
     }
 
     async fn submitted(store: &countersign_store::SqliteStore) -> String {

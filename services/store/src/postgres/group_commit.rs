@@ -152,7 +152,7 @@ async fn tenant_group(
     let mut answers = Vec::with_capacity(group.len());
     for ((submission, row), proposal) in group.iter().zip(rows).zip(stored) {
         if inserted.contains(&row.id) {
-            let event = StoreEvent::changed_to(tenant, &row.id, proposal.state);
+            let event = StoreEvent::stored(tenant, &row.id, proposal.state);
             answers.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
             continue;
         }

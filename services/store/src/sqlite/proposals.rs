@@ -102,7 +102,7 @@ fn answer(
     inserted: bool,
 ) -> Inserted {
     if inserted {
-        let event = events::signal(&new.tenant, &id, ProposalState::Pending);
+        let event = StoreEvent::stored(&new.tenant, &id, ProposalState::Pending);
         return Ok((
             SubmitOutcome::Created(new.into_pending(id, now)),
             Some(event),
@@ -152,7 +152,7 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
             continue;
         }
         let proposal = reviews.stored(&submission, reviewed, now);
-        let event = events::signal(&proposal.tenant, &proposal.id, proposal.state);
+        let event = StoreEvent::stored(&proposal.tenant, &proposal.id, proposal.state);
         out.push(Ok((SubmitOutcome::Created(proposal), Some(event))));
     }
     // A decision that cannot be written leaves nothing of the group: its
