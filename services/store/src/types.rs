@@ -346,7 +346,7 @@ pub struct StoreEvent {
     /// A submission decided as it was stored: its decision is the answer to
     /// the call that stored it, and no other call can be awaiting it (its id
     /// is unknown until that answer). Only watchers and observers want it,
-    /// and none of them at once.
+    /// and the observers not at once.
     pub answered: bool,
 }
 
