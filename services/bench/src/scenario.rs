@@ -500,22 +500,26 @@ impl Measured {
         Percentiles::of(self.tally.decision.as_ref().expect("histogram"))
     }
 
+    /// The decisions counted, at least one: what a per-decision figure
+    /// divides by.
+    fn decided(&self) -> f64 {
+        self.tally.outcomes.values().sum::<u64>().max(1) as f64
+    }
+
     /// The machine's CPU microseconds a decision: the server's, the load
     /// generator's and, on production, PostgreSQL's and Redis's.
     fn machine_cpu_us_per_decision(&self) -> f64 {
-        let decided = self.tally.outcomes.values().sum::<u64>().max(1) as f64;
         let usage = &self.usage;
         let others = [
             usage.generator_cpu_seconds,
             usage.postgres_cpu_seconds,
             usage.redis_cpu_seconds,
         ];
-        (usage.cpu_seconds + others.iter().flatten().sum::<f64>()) * 1e6 / decided
+        (usage.cpu_seconds + others.iter().flatten().sum::<f64>()) * 1e6 / self.decided()
     }
 
     fn server_cpu_ms_per_decision(&self) -> f64 {
-        let decided = self.tally.outcomes.values().sum::<u64>().max(1) as f64;
-        self.usage.cpu_seconds * 1000.0 / decided
+        self.usage.cpu_seconds * 1000.0 / self.decided()
     }
 }
 
@@ -724,8 +728,7 @@ async fn submit_decide_on(
     // over what the decision's rows alone cost it (each against the other too).
     let per_tx = baselines.get("pgbench_postgres_cpu_ms_per_tx").copied();
     if let Some(seconds) = empty.usage.postgres_cpu_seconds {
-        let decided = empty.tally.outcomes.values().sum::<u64>().max(1) as f64;
-        let per_decision = seconds * 1000.0 / decided;
+        let per_decision = seconds * 1000.0 / empty.decided();
         if let Some(per_tx) = per_tx {
             ratios.insert(
                 "postgres cpu per decision / per pgbench transaction".to_owned(),
