@@ -251,18 +251,32 @@ async fn submit_and_await(
 }
 
 pub(crate) fn usage_between(before: Usage, after: Usage, wall: Duration) -> ServerUsage {
-    let cpu = (after.cpu_seconds - before.cpu_seconds).max(0.0);
-    let between = |a: Option<f64>, b: Option<f64>| Some((b? - a?).max(0.0));
+    usage_over(&[(before, after)], wall)
+}
+
+/// The usage of spans of one run, each `(before, after)`, over `wall`, their
+/// spans' time together: each figure of CPU the spans' sum, memory as the
+/// last span ended.
+pub(crate) fn usage_over(spans: &[(Usage, Usage)], wall: Duration) -> ServerUsage {
+    let sum = |of: fn(&Usage) -> f64| -> f64 {
+        spans.iter().map(|(b, a)| (of(a) - of(b)).max(0.0)).sum()
+    };
+    let sum_known = |of: fn(&Usage) -> Option<f64>| -> Option<f64> {
+        spans
+            .iter()
+            .map(|(b, a)| Some((of(a)? - of(b)?).max(0.0)))
+            .sum()
+    };
+    let cpu = sum(|u| u.cpu_seconds);
+    let last = spans.last().map(|(_, a)| *a).unwrap_or_default();
     ServerUsage {
         cpu_seconds: cpu,
         cpu_cores_used: cpu / wall.as_secs_f64().max(1e-9),
-        rss_mib: after.rss_kib as f64 / 1024.0,
-        peak_rss_mib: after.peak_rss_kib as f64 / 1024.0,
-        postgres_cpu_seconds: between(before.postgres_cpu_seconds, after.postgres_cpu_seconds),
-        redis_cpu_seconds: between(before.redis_cpu_seconds, after.redis_cpu_seconds),
-        generator_cpu_seconds: Some(
-            (after.generator_cpu_seconds - before.generator_cpu_seconds).max(0.0),
-        ),
+        rss_mib: last.rss_kib as f64 / 1024.0,
+        peak_rss_mib: last.peak_rss_kib as f64 / 1024.0,
+        postgres_cpu_seconds: sum_known(|u| u.postgres_cpu_seconds),
+        redis_cpu_seconds: sum_known(|u| u.redis_cpu_seconds),
+        generator_cpu_seconds: Some(sum(|u| u.generator_cpu_seconds)),
     }
 }
 
@@ -1017,6 +1031,10 @@ async fn trickle_here(
     Ok(())
 }
 
+/// The turns of `noisy-neighbour`: busy cores alone, then the flood, each a
+/// quarter of the run's duration a turn.
+const NOISY_BLOCKS: u32 = 4;
+
 pub async fn noisy_neighbour(args: &BenchArgs, noisy: &NoisyArgs) -> anyhow::Result<Report> {
     args.production
         .run(args, |production| {
@@ -1053,60 +1071,68 @@ async fn noisy_neighbour_on(
     )
     .await?;
 
-    // The trickle beside threads of this process that spin on every core and
-    // share nothing with the server: what CPU contention alone costs it.
+    // Then the trickle beside threads of this process that spin on every
+    // core and share nothing with the server (what CPU contention alone
+    // costs it), and while the other tenant floods, in `NOISY_BLOCKS` turns
+    // of a quarter of `duration` each: both sides of the target's ratio
+    // share the machine's same minutes, and each side's p99 is over as many
+    // decisions as the other's.
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let contended = Arc::new(Mutex::new(Tally::new()));
-    let burners = crate::burners::Burners::start(cores);
-    trickle(
-        &server.endpoint,
-        &quiet_key,
-        noisy.trickle_rate,
-        Stop::after(noisy.duration / 2),
-        contended.clone(),
-        noisy.via,
-    )
-    .await?;
-    drop(burners);
-
-    // Then the trickle while the other tenant floods.
     let flooded = Arc::new(Mutex::new(Tally::new()));
     let flood = Arc::new(Mutex::new(Tally::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let before = server.usage();
-    let started = Instant::now();
-    let mut flooders = tokio::task::JoinSet::new();
-    for c in 0..noisy.flood_clients.max(1) {
-        let mut client = proposals(&server.endpoint, &flood_key).await?;
-        let (stop, flood, via) = (stop.clone(), flood.clone(), noisy.via);
-        flooders.spawn(async move {
-            let mut n = c * 1_000_000;
-            while !stop.load(Ordering::Relaxed) {
-                submit_and_await(
-                    &mut client,
-                    (n, false, MAX_TARGETS),
-                    Duration::from_secs(60),
-                    &flood,
-                    Learn::new(via, None),
-                )
-                .await;
-                n += 1;
-            }
-        });
+    let block = noisy.duration / NOISY_BLOCKS;
+    let mut flood_spans = Vec::new();
+    let mut wall = Duration::ZERO;
+    for _ in 0..NOISY_BLOCKS {
+        let burners = crate::burners::Burners::start(cores);
+        trickle(
+            &server.endpoint,
+            &quiet_key,
+            noisy.trickle_rate,
+            Stop::after(block),
+            contended.clone(),
+            noisy.via,
+        )
+        .await?;
+        drop(burners);
+
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let before = server.usage();
+        let started = Instant::now();
+        let mut flooders = tokio::task::JoinSet::new();
+        for c in 0..noisy.flood_clients.max(1) {
+            let mut client = proposals(&server.endpoint, &flood_key).await?;
+            let (stop, flood, via) = (stop.clone(), flood.clone(), noisy.via);
+            flooders.spawn(async move {
+                let mut n = c * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    submit_and_await(
+                        &mut client,
+                        (n, false, MAX_TARGETS),
+                        Duration::from_secs(60),
+                        &flood,
+                        Learn::new(via, None),
+                    )
+                    .await;
+                    n += 1;
+                }
+            });
+        }
+        trickle(
+            &server.endpoint,
+            &quiet_key,
+            noisy.trickle_rate,
+            Stop::after(block),
+            flooded.clone(),
+            noisy.via,
+        )
+        .await?;
+        stop.store(true, Ordering::Relaxed);
+        while flooders.join_next().await.is_some() {}
+        wall += started.elapsed();
+        flood_spans.push((before, server.usage()));
     }
-    trickle(
-        &server.endpoint,
-        &quiet_key,
-        noisy.trickle_rate,
-        Stop::after(noisy.duration),
-        flooded.clone(),
-        noisy.via,
-    )
-    .await?;
-    stop.store(true, Ordering::Relaxed);
-    while flooders.join_next().await.is_some() {}
-    let wall = started.elapsed();
-    let after = server.usage();
 
     let (alone, flooded, flood) = (alone.lock().await, flooded.lock().await, flood.lock().await);
     let contended = contended.lock().await;
@@ -1126,6 +1152,7 @@ async fn noisy_neighbour_on(
             "flood_clients": noisy.flood_clients, "trickle_rate": noisy.trickle_rate,
             "duration_s": noisy.duration.as_secs_f64(), "reviewers": args.reviewers,
             "backend": backend, "spinning_threads": cores, "via": noisy.via,
+            "blocks": NOISY_BLOCKS,
         }),
         duration_s: wall.as_secs_f64(),
         throughput_per_s: flood_rate,
@@ -1166,7 +1193,7 @@ async fn noisy_neighbour_on(
         ]),
         outcomes: flooded.outcomes.clone(),
         errors,
-        server: usage_between(before, after, wall),
+        server: usage_over(&flood_spans, wall),
         // The machine's own limit for the ratio: the trickle with no flood,
         // beside one spinning thread per core.
         baselines: BTreeMap::from([(

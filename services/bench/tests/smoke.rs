@@ -280,6 +280,19 @@ fn a_tiny_noisy_neighbour_run_measures_the_trickle_alone_beside_busy_cores_and_f
     );
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert_eq!(report["params"]["spinning_threads"], cores, "{report}");
+    // Busy cores and the flood take turns for the same spans: each side's
+    // p99 is over about as many trickle decisions as the other's.
+    let blocks = report["params"]["blocks"].as_u64().expect("blocks");
+    assert!(blocks > 1, "{report}");
+    let count = |phase: &str| report["latencies"][phase]["count"].as_u64().unwrap_or(0);
+    let (beside, flooded) = (
+        count("trickle beside spinning threads"),
+        count("trickle while flooded"),
+    );
+    assert!(
+        beside.abs_diff(flooded) <= 2 * blocks,
+        "beside busy cores {beside}, flooded {flooded}: {report}"
+    );
 }
 
 #[test]
