@@ -17,6 +17,7 @@ use countersign_proto::{
 };
 use countersign_store::{DynStore, SubmitReview};
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{
     server::NamedService,
@@ -33,7 +34,7 @@ use crate::{
     fanout::{Fanout, Observer, WatchConfig, live_position, spawn_pump},
     layers::{
         AuthLayer, MessageLimitLayer, MetricsLayer, RateLimitLayer, SmallFramesLayer, TimeoutLayer,
-        TraceLayer, auth::default_refusal_limit,
+        TraceLayer, auth::default_refusal_limit, small_frames::CopiedWrites,
     },
     probes::{probes, set_all},
     queue_depths::QueueDepths,
@@ -348,9 +349,12 @@ impl Application {
             .add_service(health_service)
             .add_service(reflection.v1)
             .add_service(reflection.v1alpha)
-            // Small gRPC messages must not wait for Nagle and delayed ACKs.
+            // Small gRPC messages must not wait for Nagle and delayed ACKs;
+            // h2 copies an answer's frames into one write (`small_frames`).
             .serve_with_incoming_shutdown(
-                TcpIncoming::from(self.listener).with_nodelay(Some(true)),
+                TcpIncoming::from(self.listener)
+                    .with_nodelay(Some(true))
+                    .map(|connection| connection.map(CopiedWrites::new)),
                 signal,
             )
             .await?;
