@@ -1082,6 +1082,11 @@ async fn noisy_neighbour_on(
     let flooded = Arc::new(Mutex::new(Tally::new()));
     let flood = Arc::new(Mutex::new(Tally::new()));
     let block = noisy.duration / NOISY_BLOCKS;
+    // The flood's clients connect once; each turn floods on the same connections.
+    let mut flood_clients = Vec::new();
+    for _ in 0..noisy.flood_clients.max(1) {
+        flood_clients.push(proposals(&server.endpoint, &flood_key).await?);
+    }
     let mut flood_spans = Vec::new();
     let mut wall = Duration::ZERO;
     for _ in 0..NOISY_BLOCKS {
@@ -1101,9 +1106,9 @@ async fn noisy_neighbour_on(
         let before = server.usage();
         let started = Instant::now();
         let mut flooders = tokio::task::JoinSet::new();
-        for c in 0..noisy.flood_clients.max(1) {
-            let mut client = proposals(&server.endpoint, &flood_key).await?;
-            let (stop, flood, via) = (stop.clone(), flood.clone(), noisy.via);
+        for (c, client) in (0u64..).zip(&flood_clients) {
+            let (mut client, stop, flood, via) =
+                (client.clone(), stop.clone(), flood.clone(), noisy.via);
             flooders.spawn(async move {
                 let mut n = c * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
