@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use countersign_domain::{Millis, Proposal, ProposalSpec, ProposalState, gates::ReviewFacts};
@@ -125,14 +126,18 @@ fn answer(
 /// should the transaction not commit, every submission of the group hears it.
 /// A submission that asks for a review in its own transaction is reviewed
 /// there, in the group's order (`at_submission`).
-pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Inserted> {
+pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> GroupAnswers {
     let now = now_ms();
     let not_written = |error: &dyn std::fmt::Display| {
         StoreError::Unavailable(format!("writing the submissions: {error}"))
     };
+    let failed = |error: &dyn std::fmt::Display, n: usize, commit: Duration| GroupAnswers {
+        answers: (0..n).map(|_| Err(not_written(error))).collect(),
+        commit,
+    };
     let tx = match conn.transaction() {
         Ok(tx) => tx,
-        Err(error) => return group.iter().map(|_| Err(not_written(&error))).collect(),
+        Err(error) => return failed(&error, group.len(), Duration::ZERO),
     };
     let mut facts = group_facts(&tx, &group, now);
     let mut reviews = InOrder::default();
@@ -157,14 +162,27 @@ pub fn insert_group(conn: &mut Connection, group: Vec<Submission>) -> Vec<Insert
     }
     // A decision that cannot be written leaves nothing of the group: its
     // submissions are answered with the error, none is stored.
-    let committed = review::write_decisions(&tx, &reviews.writes(), now)
-        .map_err(|error| error.to_string())
-        .and_then(|()| tx.commit().map_err(|error| error.to_string()));
+    if let Err(error) = review::write_decisions(&tx, &reviews.writes(), now) {
+        return failed(&error, out.len(), Duration::ZERO);
+    }
+    let started = Instant::now();
+    let committed = tx.commit();
+    let commit = started.elapsed();
     if let Err(error) = committed {
-        return out.iter().map(|_| Err(not_written(&error))).collect();
+        return failed(&error, out.len(), commit);
     }
     reviews.committed();
-    out
+    GroupAnswers {
+        answers: out,
+        commit,
+    }
+}
+
+/// A group's answers, one a submission in its order, and how long its
+/// COMMIT took (the writer sizes its groups by it, `group_commit::Pace`).
+pub struct GroupAnswers {
+    pub answers: Vec<Inserted>,
+    pub commit: Duration,
 }
 
 /// The facts of each submission of a group where any of them asks for a
@@ -394,7 +412,7 @@ mod tests {
             .collect();
         let ids: Vec<String> = group.iter().map(|s| s.new.id.clone()).collect();
         let answers = store
-            .on_writer(move |conn| super::insert_group(conn, group))
+            .on_writer(move |conn| super::insert_group(conn, group).answers)
             .await;
         let states: Vec<(ProposalState, Option<String>)> = answers
             .into_iter()
