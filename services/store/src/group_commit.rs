@@ -202,6 +202,20 @@ pub(crate) mod tests {
         }
     }
 
+    /// A lane's queue holding `n` submissions, and their answers to come.
+    pub(crate) fn waiting_with(n: usize) -> (Waiting, Vec<oneshot::Receiver<Inserted>>) {
+        let (jobs, rx) = mpsc::channel::<Job>(n.max(1));
+        let answers = (0..n)
+            .map(|_| {
+                let (reply, answer) = oneshot::channel();
+                jobs.try_send((Box::new(new("a")), reply))
+                    .expect("room for every submission");
+                answer
+            })
+            .collect();
+        (Waiting(Arc::new(tokio::sync::Mutex::new(rx))), answers)
+    }
+
     fn new(tenant: &str) -> Submission {
         Submission {
             new: new_proposal(tenant, "node-01"),

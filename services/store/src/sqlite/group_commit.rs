@@ -34,22 +34,34 @@ pub fn start(writer: SqliteWriter) -> Submitter {
             let _ = writer
                 .run(move |conn| {
                     let mut pace = pace.lock().unwrap_or_else(|e| e.into_inner());
-                    let mut group = group;
-                    while !group.is_empty() {
-                        let n = group.len();
-                        let started = Instant::now();
-                        let commit = commit(conn, group);
-                        pace.observe(n, started.elapsed(), commit);
-                        group = waiting.take(pace.most());
-                    }
+                    paced(group, &waiting, &mut pace, |group| commit(conn, group));
                 })
                 .await;
         }
     })
 }
 
+/// Commits `group`, then what waited meanwhile, group by group, each as
+/// large as `pace` allows after the groups before it.
+fn paced(group: Group, waiting: &Waiting, pace: &mut Pace, mut commit: impl FnMut(Group) -> Timed) {
+    let mut group = group;
+    while !group.is_empty() {
+        let n = group.len();
+        let timed = commit(group);
+        pace.observe(n, timed.group, timed.commit);
+        group = waiting.take(pace.most());
+    }
+}
+
+/// How long a group took, and its COMMIT within that.
+struct Timed {
+    group: Duration,
+    commit: Duration,
+}
+
 #[tracing::instrument(name = "store.sqlite.commit_proposals", level = "debug", skip_all, fields(n = group.len()))]
-fn commit(conn: &mut Connection, group: Group) -> Duration {
+fn commit(conn: &mut Connection, group: Group) -> Timed {
+    let started = Instant::now();
     // The group is one transaction of one INSERT a submission: a submission
     // whose statement fails fails only itself.
     let (submissions, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
@@ -57,7 +69,10 @@ fn commit(conn: &mut Connection, group: Group) -> Duration {
     for (result, reply) in done.answers.into_iter().zip(replies) {
         let _ = reply.send(result);
     }
-    done.commit
+    Timed {
+        group: started.elapsed(),
+        commit: done.commit,
+    }
 }
 
 /// How many submissions the writer's next group takes, from what its groups
@@ -111,8 +126,26 @@ impl Pace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group_commit::tests::waiting_with;
 
-    fn paced(commit_us: u64, each_us: u64) -> usize {
+    #[test]
+    fn after_its_first_group_the_writer_takes_what_waits_at_its_pace() {
+        let (waiting, _answers) = waiting_with(40);
+        let first = waiting.take(1);
+        let mut pace = Pace::default();
+        let mut sizes = Vec::new();
+        // Each group: a 700 µs commit beside 100 µs a submission.
+        paced(first, &waiting, &mut pace, |group| {
+            sizes.push(group.len());
+            Timed {
+                group: Duration::from_micros(700 + 100 * group.len() as u64),
+                commit: Duration::from_micros(700),
+            }
+        });
+        assert_eq!(sizes, [1, 7, 7, 7, 7, 7, 4], "seven a group once timed");
+    }
+
+    fn most_after(commit_us: u64, each_us: u64) -> usize {
         let mut pace = Pace::default();
         let n = 10;
         let commit = Duration::from_micros(commit_us);
@@ -128,12 +161,12 @@ mod tests {
     fn a_group_is_as_large_as_its_commit_needs_and_no_larger() {
         assert_eq!(Pace::default().most(), MAX_GROUP, "untimed: all that waits");
         // A 700 µs commit beside 100 µs a submission: seven, and it is half.
-        assert_eq!(paced(700, 100), 7);
+        assert_eq!(most_after(700, 100), 7);
         // A slow disk's 5 ms sync beside 10 µs a submission: as many as a
         // group may take.
-        assert_eq!(paced(5_000, 10), MAX_GROUP);
+        assert_eq!(most_after(5_000, 10), MAX_GROUP);
         // No sync to speak of: still a few a group.
-        assert_eq!(paced(1, 50), Pace::FEWEST);
+        assert_eq!(most_after(1, 50), Pace::FEWEST);
     }
 
     #[test]
