@@ -1000,6 +1000,19 @@ pub(crate) async fn trickle(
     finished.await?
 }
 
+/// One decision of either `noisy-neighbour` tenant: a proposal built to
+/// pass, over the targets of the run, given a minute.
+async fn noisy_decision(client: &mut Proposals, n: u64, tally: &Mutex<Tally>, via: Via) {
+    submit_and_await(
+        client,
+        (n, false, MAX_TARGETS),
+        Duration::from_secs(60),
+        tally,
+        Learn::new(via, None),
+    )
+    .await;
+}
+
 async fn trickle_here(
     endpoint: &str,
     key: &str,
@@ -1016,14 +1029,7 @@ async fn trickle_here(
         tick.tick().await;
         let (mut client, tally) = (client.clone(), tally.clone());
         tasks.spawn(async move {
-            submit_and_await(
-                &mut client,
-                (n, false, MAX_TARGETS),
-                Duration::from_secs(60),
-                &tally,
-                Learn::new(via, None),
-            )
-            .await;
+            noisy_decision(&mut client, n, &tally, via).await;
         });
         n += 1;
     }
@@ -1112,14 +1118,7 @@ async fn noisy_neighbour_on(
             flooders.spawn(async move {
                 let mut n = c * 1_000_000;
                 while !stop.load(Ordering::Relaxed) {
-                    submit_and_await(
-                        &mut client,
-                        (n, false, MAX_TARGETS),
-                        Duration::from_secs(60),
-                        &flood,
-                        Learn::new(via, None),
-                    )
-                    .await;
+                    noisy_decision(&mut client, n, &flood, via).await;
                     n += 1;
                 }
             });
